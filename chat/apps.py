@@ -1,0 +1,9 @@
+"""Django app config for the chat."""
+
+from django.apps import AppConfig
+
+
+class ChatConfig(AppConfig):
+    """Conversations, turns and their live updates."""
+
+    name = "chat"

@@ -1,0 +1,30 @@
+"""ASGI entry point: Django for HTTP, Channels consumers for WebSocket.
+
+The model starts loading in a background thread here, in the web process only, so that
+management commands and Celery workers never pay for it.
+"""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from chat.routing import websocket_urlpatterns  # noqa: E402
+from inference import runtime  # noqa: E402
+
+runtime.start_background_load()
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

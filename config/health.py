@@ -1,0 +1,53 @@
+"""GET /health: database, Redis and model state; 503 until every one of them is usable."""
+
+from __future__ import annotations
+
+import redis
+from django.conf import settings
+from django.db import connection
+from django.http import JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from inference.runtime import model_runtime
+
+MODEL_OK = {"ready", "disabled"}
+
+
+def check_database() -> dict[str, str]:
+    """One round trip to the database."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as exc:  # any driver error means "down", reported, never raised
+        return {"state": "error", "error": f"{type(exc).__name__}: {exc}"}
+    return {"state": "ok"}
+
+
+def check_redis() -> dict[str, str]:
+    """PING the broker / channel-layer Redis with a short timeout."""
+    timeout = settings.TANDEM_HEALTH_TIMEOUT
+    client = redis.Redis.from_url(
+        settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout
+    )
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return {"state": "error", "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        client.close()
+    return {"state": "ok"}
+
+
+@never_cache
+@require_GET
+def health(request):
+    """Readiness for load balancers and for people: every component with its state."""
+    components = {"db": check_database(), "redis": check_redis(), "model": model_runtime.snapshot()}
+    ready = (
+        components["db"]["state"] == "ok"
+        and components["redis"]["state"] == "ok"
+        and components["model"]["state"] in MODEL_OK
+    )
+    body = {"status": "ok" if ready else "unavailable", **components}
+    return JsonResponse(body, status=200 if ready else 503)

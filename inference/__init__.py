@@ -1,0 +1,1 @@
+"""Tandem's inference: model provisioning and the in-process engine."""

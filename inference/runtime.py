@@ -1,0 +1,86 @@
+"""The web process's one model: loaded once, in the background, with a state /health can report.
+
+States: idle (not started in this process), loading, ready, error, disabled (TANDEM_LOAD_MODEL=0).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from inference import loading
+from inference.errors import ModelUnavailable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelRuntime:
+    """Holds the loaded model and how its loading went, guarded by a lock."""
+
+    state: str = "idle"
+    error: str = ""
+    loaded: loading.LoadedModel | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Begin loading in a daemon thread; later calls do nothing."""
+        with self._lock:
+            if self.state != "idle":
+                return
+            if not settings.TANDEM_LOAD_MODEL:
+                self.state = "disabled"
+                return
+            self.state = "loading"
+            self._thread = threading.Thread(target=self._load, name="model-loader", daemon=True)
+            self._thread.start()
+
+    def _load(self) -> None:
+        try:
+            loaded = loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE)
+        except (ModelUnavailable, ValueError) as exc:
+            self._fail(str(exc))
+            return
+        except Exception as exc:  # any loader bug must still surface in /health, not vanish
+            log.exception("model load failed")
+            self._fail(f"{type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            self.loaded = loaded
+            self.state = "ready"
+        log.info("model ready %s", loaded.describe())
+
+    def _fail(self, message: str) -> None:
+        with self._lock:
+            self.state = "error"
+            self.error = message
+        log.error("model unavailable: %s", message)
+
+    def wait(self, timeout: float) -> str:
+        """Block until loading ends or the timeout passes; returns the state."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return self.state
+
+    def snapshot(self) -> dict[str, object]:
+        """State plus details for /health and operators."""
+        with self._lock:
+            info: dict[str, object] = {"state": self.state}
+            if self.error:
+                info["error"] = self.error
+            if self.loaded is not None:
+                info.update(self.loaded.describe())
+            return info
+
+
+model_runtime = ModelRuntime()
+
+
+def start_background_load() -> None:
+    """Start loading the configured model in this process (the web process calls this)."""
+    model_runtime.start()

@@ -1,0 +1,126 @@
+"""Fixtures that start real servers: Daphne, a Celery worker, Chromium."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.database import test_database_url
+from tests.support.processes import BIN, Service, child_env, free_port, port_open, wait_until
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@dataclass
+class Daphne:
+    """A running Daphne serving config.asgi on the test database."""
+
+    service: Service
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+
+@pytest.fixture(scope="session")
+def service_logs(tmp_path_factory) -> Path:
+    """One folder for the logs of every process the suite starts."""
+    return tmp_path_factory.mktemp("service-logs")
+
+
+@pytest.fixture(scope="session")
+def daphne(django_db_setup, service_logs) -> Iterator[Daphne]:
+    """The real ASGI server on a free port, loading the real model in the background."""
+    port = free_port()
+    env = child_env(DATABASE_URL=test_database_url())
+    argv = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
+    service = Service("daphne", argv, env, service_logs)
+    try:
+        wait_until(lambda: port_open(port) or not service.alive(), 60, "daphne to listen")
+        assert service.alive(), service.log_text()
+        yield Daphne(service, port)
+    finally:
+        service.stop()
+
+
+@pytest.fixture
+def celery_worker(django_db_setup, service_logs) -> Iterator[Service]:
+    """A real Celery worker process consuming the media queue from the test Redis."""
+    from config.celery import app
+
+    name = f"test-{uuid.uuid4().hex[:8]}@localhost"
+    env = child_env(DATABASE_URL=test_database_url())
+    argv = [
+        str(BIN / "celery"),
+        "-A",
+        "config",
+        "worker",
+        "-Q",
+        "media",
+        "-c",
+        "1",
+        "-n",
+        name,
+        "--without-gossip",
+        "--without-mingle",
+        "-l",
+        "info",
+    ]
+    service = Service(f"worker-{name.split('@')[0]}", argv, env, service_logs)
+    try:
+        wait_until(
+            lambda: not service.alive() or bool(app.control.inspect([name], timeout=0.5).ping()),
+            60,
+            "the celery worker to answer ping",
+        )
+        assert service.alive(), service.log_text()
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Debian's Chromium driven by Playwright; never a downloaded browser.
+
+    Playwright's sync API keeps an event loop running in this thread, which makes Django
+    refuse ORM calls from the test body; for the browser modules alone that guard is lifted.
+    """
+    from playwright.sync_api import sync_playwright
+
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(chromium):
+    """A fresh browser context and page per test."""
+    context = chromium.new_context()
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        context.close()
