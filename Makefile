@@ -8,7 +8,7 @@ export DEBUG ?= 1
 export PATH := $(BIN):$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test setup venv redis migrate lint model clean-venv
+.PHONY: run test setup venv redis migrate lint model bench clean-venv
 
 run: setup model
 	@$(BIN)/python manage.py create_dev_login
@@ -43,6 +43,10 @@ migrate: venv
 # Converts the packaged model on first use (about 40 s once; later loads take about a second).
 model: venv
 	@$(BIN)/python manage.py model_info
+
+# The engine against HF generate, same prompts and dtype (docs/benchmarks.md).
+bench: venv
+	$(BIN)/python -m bench.engine --streams 1 16 --new-tokens 64
 
 lint: venv
 	$(BIN)/ruff check .

@@ -107,6 +107,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
+if DEBUG:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on a missing root
 MEDIA_URL = "media/"
 MEDIA_ROOT = Path(env_str("MEDIA_ROOT", str(VAR_DIR / "media")))
 STORAGES = {
@@ -152,6 +154,16 @@ TANDEM_MODEL = env_str("TANDEM_MODEL", "smollm2-135m-instruct")
 TANDEM_DTYPE = env_str("TANDEM_DTYPE", "auto")
 TANDEM_LOAD_MODEL = env_bool("TANDEM_LOAD_MODEL", True)
 TANDEM_HEALTH_TIMEOUT = env_float("TANDEM_HEALTH_TIMEOUT", 1.0)
+# The engine's capacity: sequences decoded together, requests allowed to wait, tokens fed per
+# step (bounds how long one step, and so everyone's next token, can take), and the longest
+# sequence a KV slot holds (the model's context window caps it too).
+TANDEM_MAX_RUNNING = env_int("TANDEM_MAX_RUNNING", 32)
+TANDEM_MAX_WAITING = env_int("TANDEM_MAX_WAITING", 256)
+TANDEM_MAX_STEP_TOKENS = env_int("TANDEM_MAX_STEP_TOKENS", 512)
+TANDEM_MAX_SEQ_LEN = env_int("TANDEM_MAX_SEQ_LEN", 2048)
+TANDEM_DEFAULT_MAX_NEW_TOKENS = env_int("TANDEM_DEFAULT_MAX_NEW_TOKENS", 256)
+# Bearer keys for the public generation API; empty means the API is open.
+TANDEM_API_KEYS = env_list("TANDEM_API_KEYS", [])
 
 if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)

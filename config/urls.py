@@ -1,12 +1,31 @@
 """Top-level routes."""
 
+from asgiref.sync import sync_to_async
 from django.contrib import admin
 from django.urls import include, path
+from django.views.decorators.csrf import csrf_exempt
 
+from chat.views import home
 from config import health
+from inference.tgi_views import compat_generate
+
+home_async = sync_to_async(home)
+
+
+@csrf_exempt
+async def root(request):
+    """GET / is the chat; POST / is TGI's root route, where its client sends requests.
+
+    CSRF does not apply: POST here is the bearer-key API, never a cookie-authenticated form.
+    """
+    if request.method == "POST":
+        return await compat_generate(request)
+    return await home_async(request)
+
 
 urlpatterns = [
-    path("", include("chat.urls")),
+    path("", root, name="home"),
+    path("", include("inference.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("health", health.health, name="health"),

@@ -1,6 +1,7 @@
-"""The web process's one model: loaded once, in the background, with a state /health can report.
+"""The web process's one model and engine: loaded once, in the background, with a state.
 
-States: idle (not started in this process), loading, ready, error, disabled (TANDEM_LOAD_MODEL=0).
+States: idle (not started in this process), loading, ready, error, disabled
+(TANDEM_LOAD_MODEL=0). /health, the API views and the ops page all read this one object.
 """
 
 from __future__ import annotations
@@ -12,18 +13,30 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from inference import loading
+from inference.engine import Engine, EngineConfig
 from inference.errors import ModelUnavailable
 
 log = logging.getLogger(__name__)
 
 
+def engine_config() -> EngineConfig:
+    """The engine's limits from settings."""
+    return EngineConfig(
+        max_running=settings.TANDEM_MAX_RUNNING,
+        max_waiting=settings.TANDEM_MAX_WAITING,
+        max_step_tokens=settings.TANDEM_MAX_STEP_TOKENS,
+        max_seq_len=settings.TANDEM_MAX_SEQ_LEN,
+    )
+
+
 @dataclass
 class ModelRuntime:
-    """Holds the loaded model and how its loading went, guarded by a lock."""
+    """Holds the loaded model, its running engine and how loading went, under a lock."""
 
     state: str = "idle"
     error: str = ""
     loaded: loading.LoadedModel | None = None
+    engine: Engine | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
 
@@ -40,8 +53,13 @@ class ModelRuntime:
             self._thread.start()
 
     def _load(self) -> None:
+        from inference.metrics import PrometheusObserver
+
         try:
             loaded = loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE)
+            engine = Engine(
+                loaded.model, loaded.tokenizer, engine_config(), observer=PrometheusObserver()
+            ).start()
         except (ModelUnavailable, ValueError) as exc:
             self._fail(str(exc))
             return
@@ -51,6 +69,7 @@ class ModelRuntime:
             return
         with self._lock:
             self.loaded = loaded
+            self.engine = engine
             self.state = "ready"
         log.info("model ready %s", loaded.describe())
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,19 +46,50 @@ def service_logs(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("service-logs")
 
 
+def start_daphne(name: str, log_dir: Path, **env: str) -> Daphne:
+    """Start Daphne on a free port against the test database and wait until it listens."""
+    port = free_port()
+    environment = child_env(DATABASE_URL=test_database_url(), **env)
+    argv = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
+    service = Service(name, argv, environment, log_dir)
+    try:
+        wait_until(lambda: port_open(port) or not service.alive(), 60, f"{name} to listen")
+    except TimeoutError:
+        service.stop()
+        raise
+    assert service.alive(), service.log_text()
+    return Daphne(service, port)
+
+
+def wait_for_model(server: Daphne, timeout: float = 240) -> None:
+    """Block until the server's /health says ready (the model and engine are up)."""
+
+    def ready() -> bool:
+        assert server.service.alive(), server.service.log_text()
+        try:
+            with urllib.request.urlopen(f"{server.url}/health", timeout=5) as response:
+                return response.status == 200
+        except urllib.error.HTTPError:
+            return False
+
+    wait_until(ready, timeout, "the model to load", interval=0.25)
+
+
 @pytest.fixture(scope="session")
 def daphne(django_db_setup, service_logs) -> Iterator[Daphne]:
-    """The real ASGI server on a free port, loading the real model in the background."""
-    port = free_port()
-    env = child_env(DATABASE_URL=test_database_url())
-    argv = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
-    service = Service("daphne", argv, env, service_logs)
+    """The real ASGI server, loading the real model in the background."""
+    server = start_daphne("daphne", service_logs)
     try:
-        wait_until(lambda: port_open(port) or not service.alive(), 60, "daphne to listen")
-        assert service.alive(), service.log_text()
-        yield Daphne(service, port)
+        yield server
     finally:
-        service.stop()
+        server.service.stop()
+
+
+@pytest.fixture(scope="session")
+def engine_server(daphne) -> Daphne:
+    """The shared Daphne once its model and engine are ready to serve."""
+    wait_for_model(daphne)
+    return daphne
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import pytest
-
 from django.core.management import call_command
 
 from tests.support.processes import ROOT, child_env

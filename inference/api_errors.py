@@ -1,0 +1,80 @@
+"""How engine and validation failures become HTTP answers, in TGI's and OpenAI's shapes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from django.http import JsonResponse
+from pydantic import ValidationError
+
+from inference.engine import EngineStopped, InvalidRequest, Overloaded
+from inference.metrics import REJECTED
+
+
+@dataclass(frozen=True)
+class ApiError(Exception):
+    """A refusal before any response byte was sent."""
+
+    status: int
+    error_type: str
+    message: str
+    retry_after: float | None = None
+
+
+def from_exception(exc: Exception) -> ApiError:
+    """Map what submitting a request can raise to an HTTP status and error type."""
+    if isinstance(exc, Overloaded):
+        REJECTED.labels(reason="overloaded").inc()
+        return ApiError(429, "overloaded", str(exc), retry_after=exc.retry_after)
+    if isinstance(exc, InvalidRequest):
+        REJECTED.labels(reason="validation").inc()
+        return ApiError(422, "validation", str(exc))
+    if isinstance(exc, EngineStopped):
+        return ApiError(503, "unavailable", str(exc), retry_after=5)
+    if isinstance(exc, ValidationError):
+        REJECTED.labels(reason="validation").inc()
+        return ApiError(422, "validation", describe_validation(exc))
+    raise exc
+
+
+def describe_validation(exc: ValidationError) -> str:
+    """One readable line per invalid field, e.g. `parameters.top_p: must be <= 1`."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "body"
+        lines.append(f"{where}: {error['msg']}")
+    return "; ".join(lines)
+
+
+def with_retry_after(response: JsonResponse, error: ApiError) -> JsonResponse:
+    """Add Retry-After (whole seconds, at least 1) when the error suggests one."""
+    if error.retry_after is not None:
+        response["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
+    return response
+
+
+def tgi_error(error: ApiError) -> JsonResponse:
+    """TGI's error body: {"error", "error_type"}."""
+    body = {"error": error.message, "error_type": error.error_type}
+    return with_retry_after(JsonResponse(body, status=error.status), error)
+
+
+OPENAI_TYPES = {
+    "validation": ("invalid_request_error", 400),
+    "overloaded": ("rate_limit_exceeded", 429),
+    "unavailable": ("service_unavailable", 503),
+    "not_found": ("invalid_request_error", 404),
+}
+
+
+def openai_error_body(message: str, error_type: str = "invalid_request_error", code=None) -> dict:
+    """OpenAI's error body: {"error": {"message", "type", "param", "code"}}."""
+    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+
+
+def openai_error(error: ApiError) -> JsonResponse:
+    """An ApiError in OpenAI's shape (validation is 400 there, not 422)."""
+    error_type, status = OPENAI_TYPES.get(error.error_type, ("server_error", error.status))
+    body = openai_error_body(error.message, error_type, code=error.error_type)
+    return with_retry_after(JsonResponse(body, status=status), error)

@@ -1,0 +1,120 @@
+"""Sampling parameters and the per-request sampler that turns one logits row into a token.
+
+Each request owns its torch.Generator, so a seeded request draws the same tokens whatever
+else shares its batch: the random stream is never shared between requests.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass, field
+
+import torch
+
+from inference.engine.errors import InvalidRequest
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request picks its tokens and when it stops (HF generate's names and defaults).
+
+    Greedy when `do_sample` is False or `temperature` is 0. `top_k` 0 and `top_p` 1.0 disable
+    those filters. `stop` strings end the text before the first occurrence of any of them.
+    `truncate_prompt_tokens` keeps only the last N prompt tokens instead of refusing a
+    prompt that does not fit the context window.
+    """
+
+    max_new_tokens: int = 256
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = field(default_factory=tuple)
+    ignore_eos: bool = False
+    truncate_prompt_tokens: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the token is the argmax (no randomness involved)."""
+        return not self.do_sample or self.temperature == 0.0
+
+    def validate(self) -> None:
+        """Raise InvalidRequest naming the first bad field."""
+        if self.max_new_tokens < 1:
+            raise InvalidRequest("max_new_tokens must be at least 1.")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise InvalidRequest("temperature must be a finite number >= 0.")
+        if self.top_k < 0:
+            raise InvalidRequest("top_k must be >= 0 (0 disables it).")
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidRequest("top_p must be in (0, 1].")
+        if not math.isfinite(self.repetition_penalty) or self.repetition_penalty <= 0:
+            raise InvalidRequest("repetition_penalty must be a finite number > 0.")
+        if isinstance(self.stop, str) or any(not isinstance(s, str) or not s for s in self.stop):
+            raise InvalidRequest("stop must be a sequence of non-empty strings.")
+        if self.truncate_prompt_tokens is not None and self.truncate_prompt_tokens < 1:
+            raise InvalidRequest("truncate_prompt_tokens must be at least 1 when given.")
+
+
+class RequestSampler:
+    """Picks one request's tokens: repetition penalty, temperature, top-k, top-p, then draw.
+
+    The order and arithmetic follow HF's logits processors, so greedy output matches
+    `model.generate(do_sample=False)` and sampled output follows the same distribution.
+    """
+
+    def __init__(
+        self, params: SamplingParams, prompt_ids: list[int], vocab_size: int, device: torch.device
+    ) -> None:
+        self.params = params
+        self.device = device
+        self._seen: torch.Tensor | None = None
+        if params.repetition_penalty != 1.0:
+            self._seen = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+            self._seen[torch.tensor(prompt_ids, device=device)] = True
+        self._generator: torch.Generator | None = None
+        if not params.greedy:
+            self._generator = torch.Generator(device=device)
+            seed = params.seed if params.seed is not None else secrets.randbits(63)
+            self._generator.manual_seed(seed)
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy without a penalty: the engine argmaxes such rows together in one call."""
+        return self.params.greedy and self._seen is None
+
+    def observe(self, token_id: int) -> None:
+        """Record a generated token for the repetition penalty."""
+        if self._seen is not None:
+            self._seen[token_id] = True
+
+    def process(self, logits: torch.Tensor) -> torch.Tensor:
+        """Apply the penalty and (when sampling) temperature, top-k and top-p to a row."""
+        params = self.params
+        if self._seen is not None:
+            penalty = params.repetition_penalty
+            penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
+            logits = torch.where(self._seen, penalised, logits)
+        if params.greedy:
+            return logits
+        logits = logits / params.temperature
+        if 0 < params.top_k < logits.shape[-1]:
+            kth = torch.topk(logits, params.top_k).values[-1]
+            logits = logits.masked_fill(logits < kth, -math.inf)
+        if params.top_p < 1.0:
+            sorted_logits, order = torch.sort(logits)
+            cumulative = sorted_logits.softmax(-1).cumsum(-1)
+            remove = cumulative <= 1.0 - params.top_p
+            remove[-1] = False
+            logits = logits.masked_fill(remove.scatter(0, order, remove), -math.inf)
+        return logits
+
+    def sample(self, logits: torch.Tensor) -> int:
+        """Choose the next token from one float32 logits row [vocab]."""
+        logits = self.process(logits)
+        if self.params.greedy:
+            return int(torch.argmax(logits))
+        return int(torch.multinomial(logits.softmax(-1), 1, generator=self._generator))

@@ -1,0 +1,140 @@
+"""Continuous-batching scheduler: who runs in the next step and how many tokens each feeds.
+
+Policy, per step, under a token budget (`max_step_tokens`):
+1. every running sequence that is decoding feeds its one token (decoders are never stalled);
+2. sequences still prefilling (admitted earlier, long prompts) get the remaining budget as
+   prompt chunks, oldest first;
+3. waiting requests are admitted first come first served into free slots while budget and
+   slots (`max_running`) remain, each starting with a chunk of its prompt.
+A long prompt is therefore spread over several steps while the decoders keep producing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+
+from inference.engine.batch import PrefillChunk, StepBatch
+from inference.engine.errors import Overloaded
+from inference.engine.kv_cache import KVCache
+from inference.engine.sequence import Sequence, Status
+
+RETRY_AFTER_BOUNDS = (1.0, 60.0)
+
+
+class Scheduler:
+    """Waiting queue, running set and slot ownership.
+
+    `waiting` is shared with submitting threads: callers hold the engine's lock around
+    `add`, `remove_waiting` and `schedule`. Everything else runs on the engine thread.
+    """
+
+    def __init__(
+        self, cache: KVCache, max_running: int, max_waiting: int, max_step_tokens: int
+    ) -> None:
+        self.cache = cache
+        self.max_running = max_running
+        self.max_waiting = max_waiting
+        self.max_step_tokens = max_step_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._by_slot: list[Sequence] = []
+        self._mean_duration = 1.0
+
+    def has_work(self) -> bool:
+        """Whether a step would do anything."""
+        return bool(self.waiting or self.running)
+
+    def add(self, sequences: list[Sequence]) -> None:
+        """Queue requests, all or none; Overloaded when the waiting queue lacks room."""
+        if len(self.waiting) + len(sequences) > self.max_waiting:
+            raise Overloaded(len(self.waiting), self.retry_after())
+        self.waiting.extend(sequences)
+
+    def retry_after(self) -> float:
+        """Seconds until the queue has likely drained: waiting / slots x mean request time."""
+        estimate = len(self.waiting) / self.max_running * self._mean_duration
+        low, high = RETRY_AFTER_BOUNDS
+        return float(min(high, max(low, math.ceil(estimate))))
+
+    def remove_waiting(self, seq: Sequence) -> bool:
+        """Drop a request that was never admitted."""
+        try:
+            self.waiting.remove(seq)
+        except ValueError:
+            return False
+        return True
+
+    def schedule(self) -> StepBatch | None:
+        """Plan the next step (admitting waiting requests); None when there is nothing to run.
+
+        Cache lengths and `num_computed` are advanced here, as if the step succeeds; a step
+        that fails frees every sequence in it, so nothing is left half-committed.
+        """
+        batch = StepBatch()
+        budget = self.max_step_tokens
+        for seq in sorted((s for s in self.running if not s.prefilling), key=lambda s: s.slot):
+            position = seq.total_len - 1
+            self.cache.extend(seq.slot, position + 1)
+            seq.num_computed = position + 1
+            batch.decode_slots.append(seq.slot)
+            batch.decode_token_ids.append(seq.output_ids[-1])
+            batch.decode_positions.append(position)
+            batch.sequences.append(seq)
+            batch.samplers.append(seq)
+            budget -= 1
+        for seq in [s for s in self.running if s.prefilling]:
+            if budget <= 0:
+                break
+            budget -= self._plan_chunk(seq, budget, batch)
+        while budget > 0 and self.waiting and len(self.running) < self.max_running:
+            slot = self.cache.allocate()
+            seq = self.waiting.popleft()
+            seq.slot = slot
+            seq.status = Status.RUNNING
+            seq.admitted_at = time.monotonic()
+            self._by_slot.append(seq)
+            self.running.append(seq)
+            batch.admitted.append(seq)
+            budget -= self._plan_chunk(seq, budget, batch)
+        return batch if batch.sequences else None
+
+    def _plan_chunk(self, seq: Sequence, budget: int, batch: StepBatch) -> int:
+        """Add the next prompt chunk of `seq` (at most `budget` tokens); return its size."""
+        start = seq.num_computed
+        end = min(len(seq.prompt_ids), start + budget)
+        self.cache.extend(seq.slot, end)
+        seq.num_computed = end
+        needs_logits = end == len(seq.prompt_ids)
+        batch.chunks.append(PrefillChunk(seq.slot, start, seq.prompt_ids[start:end], needs_logits))
+        batch.sequences.append(seq)
+        if needs_logits:
+            batch.samplers.append(seq)
+        return end - start
+
+    def release(self, seq: Sequence) -> None:
+        """Free a running sequence's slot and KV at once, re-pointing the moved sequence."""
+        if seq.slot < 0:
+            return
+        moved_from = self.cache.free(seq.slot)
+        if moved_from is not None:
+            moved = self._by_slot[moved_from]
+            moved.slot = seq.slot
+            self._by_slot[seq.slot] = moved
+        self._by_slot.pop()
+        self.running.remove(seq)
+        seq.slot = -1
+
+    def reset(self) -> list[Sequence]:
+        """Drop every running sequence and empty the cache; return the dropped sequences."""
+        dropped = self.running
+        self.running, self._by_slot = [], []
+        self.cache.reset()
+        for seq in dropped:
+            seq.slot = -1
+        return dropped
+
+    def record_duration(self, seconds: float) -> None:
+        """Feed a finished request's duration into the retry-after estimate (EMA)."""
+        self._mean_duration += 0.1 * (seconds - self._mean_duration)

@@ -1,0 +1,198 @@
+"""TGI-compatible endpoints: POST /generate, POST /generate_stream and POST / (TGI's root).
+
+Hugging Face's `text-generation` client posts `{"inputs", "parameters", "stream"}` to its
+base URL and expects a one-element list (or an SSE stream) back, as TGI's root route gives;
+/generate and /generate_stream answer exactly as TGI's routes of the same names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+from pydantic import ValidationError
+
+from inference.api_auth import require_api_key
+from inference.api_engine import json_body, ready_engine
+from inference.api_errors import ApiError, from_exception, tgi_error
+from inference.engine import Engine, EngineEvent, FinishReason, SamplingParams
+from inference.sse import sse_data, sse_response
+from inference.tgi_schema import BatchRequest, TgiRequest
+
+BATCH_TIMEOUT = 600
+
+
+def tgi_auth_error(message: str) -> dict:
+    return {"error": message, "error_type": "authentication"}
+
+
+def token_json(event: EngineEvent) -> dict:
+    """TGI's token object. `text` is the piece to show, so pieces add up to the answer."""
+    return {
+        "id": event.token_id,
+        "text": event.text,
+        "logprob": event.logprob if event.logprob is not None else 0.0,
+        "special": event.special,
+    }
+
+
+def details_json(final: EngineEvent, params: SamplingParams, tokens: list[dict] | None) -> dict:
+    """TGI's `details` (the stream's final event omits prefill and tokens)."""
+    details: dict = {
+        "finish_reason": final.finish_reason.value,
+        "generated_tokens": final.usage.completion_tokens,
+        "seed": params.seed if params.do_sample else None,
+    }
+    if tokens is not None:
+        details.update({"prefill": [], "tokens": tokens, "top_tokens": None})
+    return details
+
+
+class Submission:
+    """A parsed TGI request, tokenised and ready to submit."""
+
+    def __init__(self, request: TgiRequest, engine: Engine) -> None:
+        self.request = request
+        self.engine = engine
+        self.params = request.parameters.to_sampling_params(settings.TANDEM_DEFAULT_MAX_NEW_TOKENS)
+        self.prompt_ids = engine.encode(request.inputs, add_special_tokens=True)
+
+    def full_text(self, text: str) -> str:
+        return self.request.inputs + text if self.request.parameters.return_full_text else text
+
+    def open(self):
+        try:
+            return self.engine.stream(self.prompt_ids, self.params)
+        except Exception as exc:  # submission errors become 422/429/503 before any byte is sent
+            raise from_exception(exc) from exc
+
+
+def parse_single(body: object) -> Submission:
+    try:
+        request = TgiRequest.model_validate(body)
+    except ValidationError as exc:
+        raise from_exception(exc) from None
+    return Submission(request, ready_engine())
+
+
+async def run_to_completion(submission: Submission) -> dict:
+    """Collect a whole generation; TGI's /generate body."""
+    tokens: list[dict] = []
+    final: EngineEvent | None = None
+    async with submission.open() as stream:
+        async for event in stream:
+            if event.token_id is not None:
+                tokens.append(token_json(event))
+            if event.is_finished:
+                final = event
+    if final is None or final.finish_reason is FinishReason.ERROR:
+        message = final.error if final is not None else "the generation ended without a result"
+        raise ApiError(424, "generation", message)
+    if final.finish_reason is FinishReason.CANCELLED:
+        raise ApiError(424, "generation", "the generation was cancelled")
+    body: dict = {"generated_text": submission.full_text(final.full_text)}
+    if submission.request.parameters.details:
+        body["details"] = details_json(final, submission.params, tokens)
+    return body
+
+
+async def stream_events(submission: Submission, stream) -> AsyncIterator[bytes]:
+    """TGI's SSE: one event per token; the last carries generated_text (and details)."""
+    async with stream:
+        async for event in stream:
+            if event.finish_reason is FinishReason.ERROR:
+                yield sse_data({"error": event.error, "error_type": "generation"})
+                return
+            if event.token_id is None:
+                return  # cancelled: nothing more to say
+            final = event.is_finished
+            details = None
+            if final and submission.request.parameters.details:
+                details = details_json(event, submission.params, None)
+            yield sse_data(
+                {
+                    "index": event.index + 1,
+                    "token": token_json(event),
+                    "top_tokens": None,
+                    "generated_text": submission.full_text(event.full_text) if final else None,
+                    "details": details,
+                }
+            )
+
+
+def open_stream(submission: Submission) -> HttpResponse:
+    """Submit now, so refusals are plain HTTP errors, then stream."""
+    return sse_response(stream_events(submission, submission.open()))
+
+
+async def generate_batch(body: object) -> JsonResponse:
+    """The lecture's batch form: many prompts, one engine batch, answers keyed by request id."""
+    try:
+        batch = BatchRequest.model_validate({"prompts": body} if isinstance(body, list) else body)
+    except ValidationError as exc:
+        raise from_exception(exc) from None
+    engine = ready_engine()
+    params = batch.parameters.to_sampling_params(settings.TANDEM_DEFAULT_MAX_NEW_TOKENS)
+    requests = [
+        (None, engine.encode(item.prompt, add_special_tokens=True), params)
+        for item in batch.prompts
+    ]
+    try:
+        results = await asyncio.to_thread(engine.generate_batch, requests, BATCH_TIMEOUT)
+    except TimeoutError as exc:
+        raise ApiError(424, "generation", str(exc)) from None
+    except Exception as exc:
+        raise from_exception(exc) from exc
+    answers = []
+    for item, result in zip(batch.prompts, results, strict=True):
+        answer = {
+            "request_id": item.request_id,
+            "generated_text": result.text,
+            "finish_reason": result.finish_reason.value,
+        }
+        if result.error:
+            answer["error"] = result.error
+        answers.append(answer)
+    return JsonResponse(answers, safe=False)
+
+
+def tgi_endpoint(view):
+    """POST only, no CSRF (bearer keys instead), API key check, ApiError → TGI error body."""
+
+    async def wrapped(request: HttpRequest) -> HttpResponse:
+        try:
+            return await view(request)
+        except ApiError as error:
+            return tgi_error(error)
+
+    wrapped.__name__ = view.__name__
+    wrapped.__doc__ = view.__doc__
+    return csrf_exempt(require_POST(require_api_key(tgi_auth_error)(wrapped)))
+
+
+@tgi_endpoint
+async def generate(request: HttpRequest) -> HttpResponse:
+    """POST /generate: one prompt → `{"generated_text", "details"?}`; a list → batch answers."""
+    body = json_body(request)
+    if isinstance(body, list) or (isinstance(body, dict) and "prompts" in body):
+        return await generate_batch(body)
+    return JsonResponse(await run_to_completion(parse_single(body)))
+
+
+@tgi_endpoint
+async def generate_stream(request: HttpRequest) -> HttpResponse:
+    """POST /generate_stream: server-sent events, one per token."""
+    return open_stream(parse_single(json_body(request)))
+
+
+@tgi_endpoint
+async def compat_generate(request: HttpRequest) -> HttpResponse:
+    """POST / as TGI answers it: `stream` picks SSE, else a one-element list."""
+    submission = parse_single(json_body(request))
+    if submission.request.stream:
+        return open_stream(submission)
+    return JsonResponse([await run_to_completion(submission)], safe=False)

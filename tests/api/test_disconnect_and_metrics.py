@@ -1,0 +1,85 @@
+"""A client that goes away stops using the engine; /metrics shows what happened."""
+
+import http.client
+import json
+import time
+
+import pytest
+
+from tests.support.http import get, metric_values, post_json
+from tests.support.processes import wait_until
+
+pytestmark = [pytest.mark.model, pytest.mark.django_db(transaction=True)]
+
+
+def scrape(server) -> str:
+    return get(f"{server.url}/metrics")[2]
+
+
+def sample(text: str, name: str) -> float:
+    return metric_values(text, name).get(name, 0.0)
+
+
+def test_disconnect_cancels_the_request(engine_server):
+    before = scrape(engine_server)
+    cancelled = 'tandem_engine_requests_finished_total{reason="cancelled"}'
+    conn = http.client.HTTPConnection("127.0.0.1", engine_server.port, timeout=60)
+    conn.request(
+        "POST",
+        "/generate_stream",
+        body=json.dumps(
+            {"inputs": "Write a long essay about the sea.", "parameters": {"max_new_tokens": 1000}}
+        ),
+        headers={"Content-Type": "application/json"},
+    )
+    response = conn.getresponse()
+    assert response.status == 200
+    received = 0
+    while received < 3:
+        if response.fp.readline().startswith(b"data:"):
+            received += 1
+    assert sample(scrape(engine_server), "tandem_engine_running_requests") == 1
+    generated_at_close = sample(scrape(engine_server), "tandem_engine_generated_tokens_total")
+    response.close()  # the socket stays open while the response holds it
+    conn.close()
+    closed_at = time.monotonic()
+
+    wait_until(
+        lambda: sample(scrape(engine_server), "tandem_engine_running_requests") == 0,
+        10,
+        "the engine to drop the request",
+    )
+    freed_after = time.monotonic() - closed_at
+    after = scrape(engine_server)
+    assert sample(after, cancelled) == sample(before, cancelled) + 1
+    generated = sample(after, "tandem_engine_generated_tokens_total")
+    generated_after_close = generated - generated_at_close
+    print(
+        f"cancelled {freed_after * 1000:.0f} ms after the disconnect; "
+        f"{generated_after_close:.0f} tokens generated meanwhile"
+    )
+    assert generated_after_close <= 3  # a step or two in flight, not the 1000 it asked for
+    assert sample(after, "tandem_engine_kv_cache_used_tokens") == 0
+
+
+def test_metrics_expose_latency_histograms_and_gauges(engine_server):
+    post_json(
+        f"{engine_server.url}/generate", {"inputs": "Hello", "parameters": {"max_new_tokens": 3}}
+    )
+    text = scrape(engine_server)
+    for family in (
+        "tandem_engine_time_to_first_token_seconds_bucket",
+        "tandem_engine_inter_token_latency_seconds_bucket",
+        "tandem_engine_queue_time_seconds_bucket",
+        "tandem_engine_request_duration_seconds_bucket",
+        "tandem_engine_running_requests",
+        "tandem_engine_waiting_requests",
+        "tandem_engine_batch_size",
+        "tandem_engine_kv_cache_usage_ratio",
+        "tandem_engine_prompt_tokens_total",
+        "tandem_engine_generated_tokens_total",
+        "tandem_engine_requests_finished_total",
+    ):
+        assert family in text, family
+    assert sample(text, "tandem_engine_time_to_first_token_seconds_count") >= 1
+    assert sample(text, "tandem_engine_prompt_tokens_total") >= 1

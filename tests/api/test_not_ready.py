@@ -1,0 +1,28 @@
+"""Before the model is ready the API answers 503 with a reason, never a 500."""
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+def test_generate_is_503_while_no_model_is_loaded(client):
+    response = client.post("/generate", {"inputs": "Hi"}, content_type="application/json")
+    assert response.status_code == 503
+    assert response.json()["error_type"] == "unavailable"
+    assert "loading" in response.json()["error"] or "no model" in response.json()["error"]
+
+
+def test_openai_is_503_in_its_own_shape(client):
+    response = client.post(
+        "/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": "Hi"}]},
+        content_type="application/json",
+    )
+    assert response.status_code == 503
+    assert response.json()["error"]["type"] == "service_unavailable"
+
+
+def test_metrics_are_served_without_an_engine(client):
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert b"tandem_engine_running_requests 0.0" in response.content

@@ -1,0 +1,201 @@
+"""Unit tests of the engine's parts: stop matcher, detokeniser, KV cache, sampling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.generation.logits_process import (
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from inference.engine import InvalidRequest, SamplingParams
+from inference.engine.detokenizer import IncrementalDetokenizer, special_token_ids
+from inference.engine.kv_cache import KVCache, KVSpec
+from inference.engine.sampling import RequestSampler
+from inference.engine.stop import StopMatcher
+
+MIXED_TEXT = "안녕하세요 👋🏽 世界! Hello, wörld. 🇰🇷"
+
+
+def feed(matcher: StopMatcher, pieces: list[str]) -> list[str]:
+    return [matcher.push(piece) for piece in pieces]
+
+
+def test_stop_matcher_holds_back_a_split_stop_and_drops_it() -> None:
+    matcher = StopMatcher(["</answer>"])
+    out = feed(matcher, ["The answer", " is 42", "</", "ans", "wer>", " never shown"])
+    assert out == ["The answer", " is 42", "", "", "", ""]
+    assert matcher.stopped
+    assert matcher.flush() == ""
+
+
+def test_stop_matcher_releases_a_partial_match_that_does_not_complete() -> None:
+    matcher = StopMatcher(["</answer>"])
+    out = feed(matcher, ["a </", "an", "d b"])
+    assert out == ["a ", "", "</and b"]
+    assert not matcher.stopped
+    out.append(matcher.flush())
+    assert "".join(out) == "a </and b"
+
+
+def test_stop_matcher_flushes_a_held_tail_at_the_end() -> None:
+    matcher = StopMatcher(["STOP"])
+    assert matcher.push("ends with ST") == "ends with "
+    assert matcher.flush() == "ST"
+
+
+def test_stop_matcher_cuts_at_the_earliest_of_several_stops() -> None:
+    matcher = StopMatcher(["world", "lo w"])
+    assert matcher.push("hello world") == "hel"
+    assert matcher.stopped
+
+
+def test_stop_matcher_stop_inside_one_piece() -> None:
+    matcher = StopMatcher(["\n\n"])
+    assert matcher.push("line one\n\nline two") == "line one"
+
+
+def test_detokenizer_pieces_concatenate_to_decode_korean_and_emoji(tokenizer) -> None:
+    ids = tokenizer.encode(MIXED_TEXT, add_special_tokens=False)
+    assert len(ids) > len(MIXED_TEXT) // 2, "expected byte-level splits of multibyte chars"
+    detok = IncrementalDetokenizer(tokenizer)
+    pieces = [detok.step(token) for token in ids]
+    pieces.append(detok.flush(ids))
+    assert all("\ufffd" not in piece for piece in pieces)
+    assert "".join(pieces) == tokenizer.decode(ids, skip_special_tokens=True) == MIXED_TEXT
+    assert pieces.count("") > 0, "some tokens complete no character and must yield nothing"
+
+
+def test_detokenizer_skips_special_tokens_and_flushes_a_dangling_byte(tokenizer) -> None:
+    body = tokenizer.encode("Hi 👋", add_special_tokens=False)
+    ids = [tokenizer.convert_tokens_to_ids("<|im_start|>"), *body, 2, *body[:-1]]
+    detok = IncrementalDetokenizer(tokenizer)
+    pieces = [detok.step(token) for token in ids]
+    assert all("\ufffd" not in piece for piece in pieces)
+    tail = detok.flush(ids)
+    assert "".join(pieces) + tail == tokenizer.decode(ids, skip_special_tokens=True)
+    assert tail.endswith("\ufffd"), "a truncated last character decodes as U+FFFD, as decode does"
+    assert {0, 1, 2, 3} <= special_token_ids(tokenizer)
+
+
+def make_cache(max_slots: int = 8, max_seq_len: int = 64, initial: int = 4) -> KVCache:
+    spec = KVSpec(2, 1, 2, torch.float32, torch.device("cpu"))
+    return KVCache(spec, max_slots, max_seq_len, initial)
+
+
+def fill(cache: KVCache, slot: int, value: float) -> None:
+    length = cache.lengths[slot]
+    cache.storage[:, :, slot, :, :length] = value
+
+
+def test_kv_cache_compacts_by_moving_the_last_slot_into_the_hole() -> None:
+    cache = make_cache()
+    for value, length in [(1.0, 3), (2.0, 5), (3.0, 2)]:
+        slot = cache.allocate()
+        cache.extend(slot, length)
+        fill(cache, slot, value)
+    assert cache.used_tokens == 10
+    assert cache.free(0) == 2
+    assert cache.lengths == [2, 5]
+    assert torch.all(cache.storage[:, :, 0, :, :2] == 3.0)
+    assert torch.all(cache.storage[:, :, 1, :, :5] == 2.0)
+    assert cache.free(1) is None
+    assert cache.free(0) is None
+    assert (cache.num_used, cache.used_tokens) == (0, 0)
+
+
+def test_kv_cache_grows_by_doubling_keeps_data_and_shrinks_back() -> None:
+    cache = make_cache(max_slots=8, max_seq_len=64, initial=4)
+    slots = [cache.allocate() for _ in range(6)]
+    assert cache.allocated_slots == 8
+    for slot in slots:
+        cache.extend(slot, 3)
+        fill(cache, slot, float(slot + 1))
+    cache.extend(0, 9)
+    assert cache.capacity == 16
+    for slot in slots:
+        assert torch.all(cache.storage[:, :, slot, :, :3] == float(slot + 1))
+    with pytest.raises(RuntimeError):
+        cache.extend(0, 65)
+    for _ in slots:
+        cache.free(cache.num_used - 1)
+    assert (cache.allocated_slots, cache.capacity, cache.used_tokens) == (4, 4, 0)
+    assert cache.allocated_bytes == 2 * 2 * 4 * 1 * 4 * 2 * 4
+    assert cache.max_tokens == 8 * 64
+
+
+def test_kv_cache_refuses_more_slots_than_configured() -> None:
+    cache = make_cache(max_slots=2)
+    cache.allocate()
+    cache.allocate()
+    with pytest.raises(RuntimeError):
+        cache.allocate()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(max_new_tokens=0),
+        SamplingParams(temperature=-1.0),
+        SamplingParams(top_k=-1),
+        SamplingParams(top_p=0.0),
+        SamplingParams(repetition_penalty=0.0),
+        SamplingParams(stop=("",)),
+        SamplingParams(stop="oops"),
+        SamplingParams(truncate_prompt_tokens=0),
+    ],
+)
+def test_sampling_params_validation(params: SamplingParams) -> None:
+    with pytest.raises(InvalidRequest):
+        params.validate()
+
+
+def test_sampler_filters_match_hf_logits_processors() -> None:
+    torch.manual_seed(1)
+    vocab = 500
+    prompt = [3, 7, 7, 42]
+    logits = torch.randn(vocab) * 3
+    params = SamplingParams(
+        do_sample=True, temperature=0.7, top_k=50, top_p=0.8, repetition_penalty=1.3
+    )
+    ours = RequestSampler(params, prompt, vocab, torch.device("cpu")).process(logits.clone())
+    ids = torch.tensor([prompt])
+    expected = logits.clone()[None]
+    for processor in (
+        RepetitionPenaltyLogitsProcessor(1.3),
+        TemperatureLogitsWarper(0.7),
+        TopKLogitsWarper(50),
+        TopPLogitsWarper(0.8),
+    ):
+        expected = processor(ids, expected)
+    assert torch.equal(torch.isinf(ours), torch.isinf(expected[0]))
+    kept = ~torch.isinf(ours)
+    assert 0 < int(kept.sum()) <= 50
+    torch.testing.assert_close(ours[kept], expected[0][kept])
+
+
+def test_seeded_sampler_is_reproducible_and_seed_sensitive() -> None:
+    logits = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+
+    def draws(seed: int) -> list[int]:
+        params = SamplingParams(do_sample=True, temperature=1.5, seed=seed)
+        sampler = RequestSampler(params, [1], 1000, torch.device("cpu"))
+        return [sampler.sample(logits) for _ in range(20)]
+
+    assert draws(7) == draws(7)
+    assert draws(7) != draws(8)
+
+
+def test_eos_ids_merge_generation_config_int_or_list_with_tokenizer(tokenizer) -> None:
+    from types import SimpleNamespace
+
+    from inference.engine import eos_token_ids
+
+    as_list = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[5, 7]))
+    as_int = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=9))
+    assert eos_token_ids(as_list, tokenizer) == {2, 5, 7}
+    assert eos_token_ids(as_int, tokenizer) == {2, 9}
+    assert eos_token_ids(None, tokenizer) == {2}
