@@ -1,8 +1,18 @@
 """WebSocket consumers."""
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from __future__ import annotations
+
+import json
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+
+from chat.events import group_name
+from chat.models import Conversation
+from chat.snapshot import conversation_snapshot
 
 UNAUTHENTICATED = 4401
+NOT_FOUND = 4404
 
 
 class EchoConsumer(AsyncJsonWebsocketConsumer):
@@ -24,3 +34,68 @@ class EchoConsumer(AsyncJsonWebsocketConsumer):
     async def echo_reply(self, event: dict) -> None:
         """Handle the message that came back through the channel layer."""
         await self.send_json({"echo": event["payload"], "via": "channel_layer"})
+
+
+@database_sync_to_async
+def owned(user, conversation_id: int) -> bool:
+    return Conversation.objects.filter(pk=conversation_id, owner=user).exists()
+
+
+class ConversationConsumer(AsyncWebsocketConsumer):
+    """Live events of one conversation for its owner: a snapshot, then the live tail.
+
+    Deltas at or below the snapshot's per-part sequence number are dropped, so a reconnect
+    neither loses nor repeats text.
+    """
+
+    async def connect(self) -> None:
+        user = self.scope["user"]
+        self.conversation_id = int(self.scope["url_route"]["kwargs"]["conversation_id"])
+        # Accept before closing so the browser sees the close code, not a bare 403.
+        if not user.is_authenticated:
+            await self.accept()
+            await self.close(code=UNAUTHENTICATED)
+            return
+        if not await owned(user, self.conversation_id):
+            await self.accept()
+            await self.close(code=NOT_FOUND)
+            return
+        self.group = group_name(self.conversation_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        messages = await database_sync_to_async(conversation_snapshot)(self.conversation_id)
+        self.seen = {p["id"]: p["seq"] for m in messages for p in m["parts"]}
+        await self.send_event({"type": "snapshot", "messages": messages})
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        """Clients only listen; anything they send is answered with an error, not a crash."""
+        try:
+            frame = json.loads(text_data or "")
+        except (TypeError, ValueError):
+            await self.send_event({"type": "error", "error": "Frames must be JSON."})
+            return
+        if isinstance(frame, dict) and frame.get("type") == "ping":
+            await self.send_event({"type": "pong"})
+            return
+        await self.send_event({"type": "error", "error": "Unknown frame: this socket listens."})
+
+    async def send_event(self, event: dict) -> None:
+        await self.send(text_data=json.dumps(event))
+
+    async def part_delta(self, event: dict) -> None:
+        if event["seq"] <= self.seen.get(event["part_id"], 0):
+            return
+        self.seen[event["part_id"]] = event["seq"]
+        await self.send_event(event)
+
+    async def part_state(self, event: dict) -> None:
+        part = event["part"]
+        self.seen[part["id"]] = max(self.seen.get(part["id"], 0), part["seq"])
+        await self.send_event(event)
+
+    async def message_state(self, event: dict) -> None:
+        await self.send_event(event)

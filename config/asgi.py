@@ -1,7 +1,8 @@
 """ASGI entry point: Django for HTTP, Channels consumers for WebSocket.
 
 The model starts loading in a background thread here, in the web process only, so that
-management commands and Celery workers never pay for it.
+management commands and Celery workers never pay for it; the process also starts beating
+its heartbeat, which the sweeper reads to find text parts of a web process that died.
 """
 
 import os
@@ -15,10 +16,12 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set u
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from chat import heartbeat  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 from inference import runtime  # noqa: E402
 
 runtime.start_background_load()
+heartbeat.start()
 
 application = ProtocolTypeRouter(
     {

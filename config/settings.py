@@ -8,6 +8,7 @@ HTTPS-only protections that `manage.py check --deploy` asks for.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -83,8 +84,9 @@ TEMPLATES = [
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tandem.sqlite3'}")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # A file, not memory, so that the Daphne and Celery processes a test starts share it.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-tandem.sqlite3")}
+    # A file, not memory, so that the Daphne and Celery processes a test starts share it
+    # (they are handed its path); one per test run, so concurrent runs never collide.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-tandem-{os.getpid()}.sqlite3")}
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -124,9 +126,40 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("TANDEM_CHANNEL_PREFIX", "tandem")},
+        "CONFIG": {
+            # redis-py's default 5 s read timeout equals the layer's blocking wait, which
+            # made an idle receive() fail; give the socket room above it.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "prefix": env_str("TANDEM_CHANNEL_PREFIX", "tandem"),
+        },
     }
 }
+
+# Images (media/, docs/workers.md): which backend draws them and how the worker runs it.
+# procedural: a deterministic PNG drawn from the prompt with Pillow, no weights;
+# diffusers: a text-to-image pipeline from TANDEM_IMAGE_MODEL_DIR (requirements-diffusers.txt).
+TANDEM_IMAGE_BACKEND = env_str("TANDEM_IMAGE_BACKEND", "procedural")
+if TANDEM_IMAGE_BACKEND not in ("procedural", "diffusers"):
+    raise ImproperlyConfigured(
+        f"TANDEM_IMAGE_BACKEND must be procedural or diffusers, not {TANDEM_IMAGE_BACKEND!r}."
+    )
+TANDEM_IMAGE_MODEL_DIR = env_str("TANDEM_IMAGE_MODEL_DIR", "")
+TANDEM_IMAGE_STEPS = max(1, env_int("TANDEM_IMAGE_STEPS", 12))
+# Seconds the procedural backend waits per step, so the pending image is visible (12 x 0.2 s).
+TANDEM_IMAGE_STEP_DELAY = env_float("TANDEM_IMAGE_STEP_DELAY", 0.2)
+# Chance (0..1) that a render fails on purpose halfway, as a transient error: demos and tests.
+TANDEM_IMAGE_FAILURE_RATE = env_float("TANDEM_IMAGE_FAILURE_RATE", 0.0)
+if not 0 <= TANDEM_IMAGE_FAILURE_RATE <= 1:
+    raise ImproperlyConfigured("TANDEM_IMAGE_FAILURE_RATE must be between 0 and 1.")
+# Transient errors are retried this many times, after base * 2^n s (capped, with jitter).
+TANDEM_IMAGE_MAX_RETRIES = env_int("TANDEM_IMAGE_MAX_RETRIES", 3)
+TANDEM_IMAGE_RETRY_BACKOFF = env_float("TANDEM_IMAGE_RETRY_BACKOFF", 2.0)
+TANDEM_IMAGE_RETRY_BACKOFF_MAX = env_float("TANDEM_IMAGE_RETRY_BACKOFF_MAX", 30.0)
+# The sweeper (celery beat): how often it runs; when a queued image is sent again; how long
+# past the hard time limit a running image may go before its worker counts as gone.
+TANDEM_SWEEP_INTERVAL = env_int("TANDEM_SWEEP_INTERVAL", 15)
+TANDEM_QUEUED_STALE_AFTER = env_int("TANDEM_QUEUED_STALE_AFTER", 60)
+TANDEM_RUNNING_GRACE = env_int("TANDEM_RUNNING_GRACE", 120)
 
 # Celery reads every CELERY_* setting (namespace CELERY in config/celery.py).
 CELERY_BROKER_URL = REDIS_URL
@@ -142,13 +175,26 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("TANDEM_IMAGE_SOFT_TIME_LIMIT", 60)
 CELERY_TASK_TIME_LIMIT = env_int("TANDEM_IMAGE_TIME_LIMIT", 90)
+if CELERY_TASK_SOFT_TIME_LIMIT >= CELERY_TASK_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        "TANDEM_IMAGE_SOFT_TIME_LIMIT must be below TANDEM_IMAGE_TIME_LIMIT, or it never fires."
+    )
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Above the hard limit, so an unacked task is redelivered only once its worker is gone.
     "visibility_timeout": CELERY_TASK_TIME_LIMIT + env_int("TANDEM_VISIBILITY_MARGIN", 60),
+    # Look for such orphans every 10 s (kombu's default scans only every 10th time).
+    "unacked_restore_throttle": 1,
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
+CELERY_BEAT_SCHEDULE = {
+    "sweep": {
+        "task": "media.sweep",
+        "schedule": float(TANDEM_SWEEP_INTERVAL),
+        # A sweep not started before the next one is due is dropped, never piled up.
+        "options": {"expires": TANDEM_SWEEP_INTERVAL},
+    }
+}
 
 TANDEM_MODEL = env_str("TANDEM_MODEL", "smollm2-135m-instruct")
 TANDEM_DTYPE = env_str("TANDEM_DTYPE", "auto")
@@ -162,6 +208,14 @@ TANDEM_MAX_WAITING = env_int("TANDEM_MAX_WAITING", 256)
 TANDEM_MAX_STEP_TOKENS = env_int("TANDEM_MAX_STEP_TOKENS", 512)
 TANDEM_MAX_SEQ_LEN = env_int("TANDEM_MAX_SEQ_LEN", 2048)
 TANDEM_DEFAULT_MAX_NEW_TOKENS = env_int("TANDEM_DEFAULT_MAX_NEW_TOKENS", 256)
+# The chat: reply length and temperature, input size, and replies in progress per user.
+TANDEM_CHAT_MAX_NEW_TOKENS = env_int("TANDEM_CHAT_MAX_NEW_TOKENS", 384)
+TANDEM_CHAT_TEMPERATURE = env_float("TANDEM_CHAT_TEMPERATURE", 0.3)
+TANDEM_MAX_MESSAGE_CHARS = env_int("TANDEM_MAX_MESSAGE_CHARS", 8000)
+TANDEM_MAX_TURNS_IN_FLIGHT = env_int("TANDEM_MAX_TURNS_IN_FLIGHT", 3)
+# A web process refreshes its heartbeat key every TTL/3 s; text parts of a process whose key
+# expired are marked interrupted by the sweeper.
+TANDEM_HEARTBEAT_TTL = env_int("TANDEM_HEARTBEAT_TTL", 30)
 # Bearer keys for the public generation API; empty means the API is open.
 TANDEM_API_KEYS = env_list("TANDEM_API_KEYS", [])
 

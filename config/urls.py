@@ -25,6 +25,7 @@ async def root(request):
 
 urlpatterns = [
     path("", root, name="home"),
+    path("", include("chat.urls")),
     path("", include("inference.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),

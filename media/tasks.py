@@ -1,9 +1,31 @@
-"""Celery tasks of the media queue."""
+"""Celery tasks of the media queue; each is a thin shell around a service."""
 
 from celery import shared_task
+
+from media import rendering, sweeper
 
 
 @shared_task(name="media.echo", ignore_result=False)
 def echo(payload: dict) -> dict:
     """Diagnostic round trip: proves a worker consumes the media queue and answers via Redis."""
     return {"echo": payload}
+
+
+# max_retries=None: the rendering service counts retries against TANDEM_IMAGE_MAX_RETRIES.
+@shared_task(bind=True, name="media.render_image", max_retries=None)
+def render_image(self, part_id: int) -> None:
+    """Draw one image part; state, progress and errors are recorded on the part itself."""
+    retry = rendering.render(
+        part_id,
+        task_id=self.request.id,
+        retries=self.request.retries,
+        redelivered=bool((self.request.delivery_info or {}).get("redelivered")),
+    )
+    if retry is not None:
+        raise self.retry(exc=retry.error, countdown=retry.countdown)
+
+
+@shared_task(name="media.sweep")
+def sweep() -> None:
+    """Repair parts whose worker or web process went away (run by celery beat)."""
+    sweeper.sweep()

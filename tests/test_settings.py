@@ -11,9 +11,10 @@ import django, json
 django.setup()
 from django.conf import settings as s
 db = s.DATABASES["default"]
+layer = s.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"]
 print(json.dumps({
     "db": db["ENGINE"], "name": str(db["NAME"]), "redis": s.REDIS_URL,
-    "broker": s.CELERY_BROKER_URL, "layer": s.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"],
+    "broker": s.CELERY_BROKER_URL, "layer": layer,
     "media": str(s.MEDIA_ROOT), "model": s.TANDEM_MODEL, "dtype": s.TANDEM_DTYPE,
 }))
 """
@@ -38,7 +39,7 @@ def test_embedded_defaults():
     assert seen["db"] == "django.db.backends.sqlite3"
     assert seen["name"].endswith("var/tandem.sqlite3")
     assert seen["redis"] == seen["broker"] == "redis://127.0.0.1:6379/0"
-    assert seen["layer"] == ["redis://127.0.0.1:6379/0"]
+    assert seen["layer"] == "redis://127.0.0.1:6379/0"
     assert seen["media"].endswith("var/media")
     assert seen["model"] == "smollm2-135m-instruct"
     assert seen["dtype"] == "auto"
@@ -55,7 +56,7 @@ def test_environment_overrides():
     assert seen["db"] == "django.db.backends.postgresql"
     assert seen["name"] == "tandem"
     assert seen["broker"] == "redis://cache.internal:6380/2"
-    assert seen["layer"] == ["redis://cache.internal:6380/2"]
+    assert seen["layer"] == "redis://cache.internal:6380/2"
     assert seen["media"] == "/srv/tandem-media"
     assert seen["model"] == "/models/llama"
     assert seen["dtype"] == "bfloat16"

@@ -1,0 +1,50 @@
+"""The prompt of a turn: the conversation so far, through the model's chat template.
+
+When the whole history does not fit the context window (less room for the reply), the
+oldest turns are dropped, whole, until it does; the caller records that it happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chat.models import Message, Part
+from inference.prompting import chat_prompt_ids
+
+SYSTEM = "You are Tandem, a helpful assistant. Answer clearly and concisely."
+
+
+@dataclass(frozen=True)
+class Prompt:
+    token_ids: list[int]
+    truncated: bool
+
+
+def transcript(conversation_id: int, up_to_position: int) -> list[dict]:
+    """User messages and the saved text of assistant replies, oldest first."""
+    messages = (
+        Message.objects.filter(conversation_id=conversation_id, position__lte=up_to_position)
+        .prefetch_related("parts")
+        .order_by("position")
+    )
+    turns = []
+    for message in messages:
+        if message.role == Message.Role.USER:
+            turns.append({"role": "user", "content": message.text})
+            continue
+        text = "".join(p.text for p in message.parts.all() if p.kind == Part.Kind.TEXT)
+        if text:
+            turns.append({"role": "assistant", "content": text})
+    return turns
+
+
+def build(tokenizer, conversation_id: int, up_to_position: int, budget: int) -> Prompt:
+    """Prompt ids within `budget` tokens, dropping the oldest turns first (never the last)."""
+    turns = transcript(conversation_id, up_to_position)
+    system = [{"role": "system", "content": SYSTEM}]
+    dropped = 0
+    while True:
+        ids = chat_prompt_ids(tokenizer, system + turns[dropped:])
+        if len(ids) <= budget or dropped >= len(turns) - 1:
+            return Prompt(ids[-budget:], truncated=dropped > 0 or len(ids) > budget)
+        dropped += 1

@@ -1,0 +1,52 @@
+"""The live tail of streaming text parts, kept in Redis between database saves.
+
+Every delta is appended to a per-part Redis list before it is broadcast, so a browser that
+(re)connects can rebuild the text exactly: the saved text (seq N) from the database, then
+list items N+1.. from here, then the live events it receives after joining the group.
+When Redis is unreachable the tail is skipped, never the text: the writer keeps streaming
+into the database, and a reconnecting client then gets the last saved text.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+KEY = "tandem:part-deltas:{}"
+TTL_AFTER_FINISH = 3600
+
+
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+def _quietly(action: str, part_id: int, call) -> object:
+    try:
+        return call(_client())
+    except redis.RedisError as exc:
+        log.warning("live tail %s of part %s skipped: %s", action, part_id, exc)
+        return None
+
+
+def reset(part_id: int) -> None:
+    """Start a part's tail afresh (a tail left by an earlier database with this id goes)."""
+    _quietly("reset", part_id, lambda r: r.delete(KEY.format(part_id)))
+
+
+def append(part_id: int, text: str) -> None:
+    """Record delta number len(list) + 1 of a part."""
+    _quietly("append", part_id, lambda r: r.rpush(KEY.format(part_id), text))
+
+
+def expire(part_id: int) -> None:
+    """The part is final and saved whole: let its tail go after a while."""
+    _quietly("expire", part_id, lambda r: r.expire(KEY.format(part_id), TTL_AFTER_FINISH))
+
+
+def tail(part_id: int, after_seq: int) -> list[str]:
+    """Deltas after `after_seq` (1-based sequence numbers); empty when Redis is away."""
+    items = _quietly("read", part_id, lambda r: r.lrange(KEY.format(part_id), after_seq, -1))
+    return [item.decode() for item in items or []]

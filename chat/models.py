@@ -1,0 +1,112 @@
+"""Conversations, their messages, and the ordered parts of each assistant reply.
+
+A Part's state changes only through `chat/services.py`, whose guarded transitions also tell
+the browser; a Message's status is derived from its parts, never stored.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Conversation(models.Model):
+    """One chat thread, owned by one user."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+
+class Message(models.Model):
+    """A turn's user message or assistant reply, at a fixed position in the conversation."""
+
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress"
+        COMPLETE = "complete"
+        PARTIAL = "partial"
+        FAILED = "failed"
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    position = models.PositiveIntegerField()
+    text = models.TextField(blank=True, help_text="The user's words (assistant text is in parts).")
+    wants_image = models.BooleanField(default=False)
+    history_truncated = models.BooleanField(
+        default=False, help_text="Older turns were left out of the prompt to fit the context."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["conversation", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "position"], name="message_position")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.position} of {self.conversation_id}"
+
+
+class Part(models.Model):
+    """One ordered piece of an assistant reply: its text (index 0) or its image (index 1)."""
+
+    class Kind(models.TextChoices):
+        TEXT = "text"
+        IMAGE = "image"
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        STREAMING = "streaming"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        INTERRUPTED = "interrupted"
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="parts")
+    index = models.PositiveSmallIntegerField()
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    text = models.TextField(blank=True)
+    seq = models.PositiveIntegerField(default=0, help_text="Text deltas saved so far.")
+    image = models.FileField(upload_to="images/%Y/%m/", blank=True)
+    progress = models.FloatField(default=0.0)
+    error = models.TextField(blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    engine_request_id = models.CharField(max_length=64, blank=True, db_index=True)
+    task_id = models.CharField(max_length=64, blank=True, db_index=True)
+    stream_owner = models.CharField(
+        max_length=64, blank=True, help_text="The web process streaming this text part."
+    )
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    first_token_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    finish_reason = models.CharField(max_length=32, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["message", "index"]
+        constraints = [models.UniqueConstraint(fields=["message", "index"], name="part_index")]
+        indexes = [models.Index(fields=["kind", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} part {self.index} of message {self.message_id} ({self.state})"

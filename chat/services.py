@@ -1,0 +1,224 @@
+"""Business logic of the chat: every state change happens here and tells the browser.
+
+Views, consumers, Celery tasks and admin actions stay thin and call these functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from chat import events, heartbeat, history, live_text
+from chat.models import Conversation, Message, Part
+from chat.states import can_transition
+
+if TYPE_CHECKING:  # the engine (torch) is imported lazily: Celery workers never need it
+    from inference.engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+def part_transition(part_id: int, target: str, **fields) -> Part | None:
+    """Move a part to `target` if its state machine allows it, saving `fields` with it.
+
+    The row is locked for the check, so two concurrent callers (a redelivered task, a sweeper,
+    a user's retry) never both win: the loser gets None and changes nothing. After commit the
+    new part state and the message's derived status go to the browser.
+    """
+    with transaction.atomic():
+        part = Part.objects.select_for_update().filter(pk=part_id).first()
+        if part is None or not can_transition(part.kind, part.state, target):
+            return None
+        previous = part.state
+        part.state = target
+        for name, value in fields.items():
+            setattr(part, name, value)
+        part.save()
+        transaction.on_commit(lambda: announce(part))
+    log.info("part %s %s: %s -> %s", part.pk, part.kind, previous, target)
+    return part
+
+
+def part_update(part: Part, **fields) -> None:
+    """Save non-state fields (progress, text so far) of a part whose state is unchanged."""
+    for name, value in fields.items():
+        setattr(part, name, value)
+    Part.objects.filter(pk=part.pk).update(**fields, updated_at=timezone.now())
+
+
+def announce(part: Part) -> None:
+    """Tell the conversation's browsers a part's state and its message's status."""
+    conversation_id = part.message.conversation_id
+    events.send(conversation_id, events.part_state_event(part))
+    states = list(Part.objects.filter(message_id=part.message_id).values_list("state", flat=True))
+    events.send(conversation_id, events.message_state_event(part.message_id, states))
+
+
+class TurnRefused(Exception):
+    """A turn cannot be created now; `status` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.retry_after = retry_after
+
+
+def turns_in_flight(user) -> int:
+    """Assistant replies of `user` with a part not yet final."""
+    return (
+        Message.objects.filter(conversation__owner=user, role=Message.Role.ASSISTANT)
+        .filter(parts__state__in=[Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING])
+        .distinct()
+        .count()
+    )
+
+
+def check_turn(user, text: str) -> Engine:
+    """Refuse before anything is written: bad input, too many turns, no engine, busy engine."""
+    text = text.strip()
+    if not text:
+        raise TurnRefused(422, "Write a message first.")
+    if len(text) > settings.TANDEM_MAX_MESSAGE_CHARS:
+        raise TurnRefused(
+            422,
+            f"That message is {len(text):,} characters; the limit is "
+            f"{settings.TANDEM_MAX_MESSAGE_CHARS:,}.",
+        )
+    if turns_in_flight(user) >= settings.TANDEM_MAX_TURNS_IN_FLIGHT:
+        raise TurnRefused(
+            429,
+            f"You already have {settings.TANDEM_MAX_TURNS_IN_FLIGHT} replies in progress; "
+            "wait for one to finish.",
+            retry_after=5,
+        )
+    from inference.runtime import model_runtime
+
+    engine = model_runtime.engine
+    if engine is None:
+        raise TurnRefused(503, "The model is still loading; try again in a few seconds.", 5)
+    stats = engine.stats()
+    if stats.waiting >= engine.config.max_waiting:
+        raise TurnRefused(429, "The engine is busy right now; try again in a few seconds.", 5)
+    return engine
+
+
+def turn_create(user, conversation: Conversation, text: str, wants_image: bool) -> Message:
+    """Write the user's message and the reply's ordered parts, then start both parts.
+
+    One transaction writes everything (text part at 0, image part at 1 when asked); only
+    after it commits is the text submitted to the engine and the image task enqueued, so
+    neither can race ahead of rows that do not exist yet.
+    """
+    text = text.strip()
+    engine = check_turn(user, text)
+    with transaction.atomic():
+        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        position = conversation.messages.count()
+        Message.objects.create(
+            conversation=conversation,
+            role=Message.Role.USER,
+            position=position,
+            text=text,
+            wants_image=wants_image,
+        )
+        reply = Message.objects.create(
+            conversation=conversation,
+            role=Message.Role.ASSISTANT,
+            position=position + 1,
+            wants_image=wants_image,
+        )
+        now = timezone.now()
+        text_part = Part.objects.create(message=reply, index=0, kind=Part.Kind.TEXT, queued_at=now)
+        parts = [text_part]
+        if wants_image:
+            parts.append(
+                Part.objects.create(message=reply, index=1, kind=Part.Kind.IMAGE, queued_at=now)
+            )
+        if not conversation.title:
+            conversation.title = text[:60]
+        conversation.save()
+        transaction.on_commit(lambda: text_start(engine, text_part))
+        if wants_image:
+            from media.services import image_enqueue
+
+            transaction.on_commit(lambda: image_enqueue(parts[1]))
+    return reply
+
+
+def text_start(engine: Engine, part: Part) -> None:
+    """Build the prompt and submit it; the writer thread streams the result."""
+    from chat import text_stream
+    from inference.engine import EngineError, SamplingParams
+
+    message = part.message
+    budget = engine.max_seq_len - settings.TANDEM_CHAT_MAX_NEW_TOKENS
+    prompt = history.build(engine.tokenizer, message.conversation_id, message.position, budget)
+    if prompt.truncated:
+        Message.objects.filter(pk=message.pk).update(history_truncated=True)
+    params = SamplingParams(
+        max_new_tokens=settings.TANDEM_CHAT_MAX_NEW_TOKENS,
+        do_sample=settings.TANDEM_CHAT_TEMPERATURE > 0,
+        temperature=settings.TANDEM_CHAT_TEMPERATURE,
+        top_p=0.9,
+        repetition_penalty=1.1,
+    )
+    request_id = f"part-{part.pk}-{uuid.uuid4().hex[:8]}"
+    started = part_transition(
+        part.pk,
+        Part.State.STREAMING,
+        engine_request_id=request_id,
+        stream_owner=heartbeat.OWNER,
+        started_at=timezone.now(),
+    )
+    if started is None:
+        return
+    text_stream.writer.ensure_running()
+    live_text.reset(part.pk)
+    try:
+        engine.submit(
+            prompt.token_ids,
+            params,
+            on_event=text_stream.writer.callback(part.pk),
+            request_id=request_id,
+        )
+    except EngineError as exc:
+        part_transition(
+            part.pk,
+            Part.State.FAILED,
+            error=f"The engine refused this reply: {exc}",
+            finished_at=timezone.now(),
+        )
+
+
+def text_stop(message: Message) -> bool:
+    """Stop the reply's text: cancel it in the engine (it ends `cancelled`, text kept)."""
+    part = message.parts.filter(kind=Part.Kind.TEXT).first()
+    if part is None:
+        return False
+    if part.state == Part.State.QUEUED:
+        stopped = part_transition(part.pk, Part.State.CANCELLED, finished_at=timezone.now())
+        return stopped is not None
+    from inference.runtime import model_runtime
+
+    engine = model_runtime.engine
+    if part.state != Part.State.STREAMING or engine is None:
+        return False
+    return engine.cancel(part.engine_request_id)
+
+
+def message_stop(message: Message) -> None:
+    """The stop button: cancel the text and a not-yet-finished image."""
+    text_stop(message)
+    images = message.parts.filter(
+        kind=Part.Kind.IMAGE, state__in=[Part.State.QUEUED, Part.State.RUNNING]
+    )
+    for part in images:
+        from media.services import image_cancel
+
+        image_cancel(part)

@@ -1,0 +1,47 @@
+"""What a (re)connecting client gets first: the saved state plus the live tail from Redis.
+
+Callers join the conversation's group BEFORE taking the snapshot; then every delta is either
+in the snapshot (seq <= the part's snapshot seq) or arrives live afterwards, so dropping live
+deltas at or below the snapshot seq gives no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+from chat import live_text
+from chat.events import part_payload
+from chat.models import Message, Part
+from chat.states import message_status
+
+
+def part_with_tail(part: Part) -> dict:
+    """A part's payload whose text includes deltas not yet saved to the database."""
+    payload = part_payload(part)
+    if part.kind == Part.Kind.TEXT and part.state in (Part.State.STREAMING, Part.State.QUEUED):
+        pieces = live_text.tail(part.pk, part.seq)
+        payload["text"] += "".join(pieces)
+        payload["seq"] += len(pieces)
+    return payload
+
+
+def message_payload(message: Message) -> dict:
+    parts = list(message.parts.all())
+    return {
+        "id": message.pk,
+        "role": message.role,
+        "position": message.position,
+        "text": message.text,
+        "wants_image": message.wants_image,
+        "history_truncated": message.history_truncated,
+        "status": message_status([p.state for p in parts]) if parts else None,
+        "parts": [part_with_tail(p) for p in parts],
+    }
+
+
+def conversation_snapshot(conversation_id: int) -> list[dict]:
+    """Every message of a conversation, oldest first, with live text."""
+    messages = (
+        Message.objects.filter(conversation_id=conversation_id)
+        .prefetch_related("parts")
+        .order_by("position")
+    )
+    return [message_payload(m) for m in messages]

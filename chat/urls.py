@@ -1,0 +1,15 @@
+"""Chat routes (the conversation list is `/`, see config/urls.py)."""
+
+from django.urls import path
+
+from chat import sse, views
+
+urlpatterns = [
+    path("c/new", views.conversation_new, name="conversation-new"),
+    path("c/<int:conversation_id>/", views.conversation, name="conversation"),
+    path("c/<int:conversation_id>/turns", views.turn_create, name="turn-create"),
+    path("m/<int:message_id>/stop", views.message_stop, name="message-stop"),
+    path("m/<int:message_id>/events", sse.events, name="message-events"),
+    path("parts/<int:part_id>/retry", views.image_retry, name="image-retry"),
+    path("media/<path:name>", views.part_image, name="part-image"),
+]

@@ -1,0 +1,729 @@
+/* Tandem's conversation page: a safe Markdown renderer, the live socket, the composer.
+ *
+ * Hand-written, no build step. Everything the server or the model sends is escaped first;
+ * the Markdown pass only ever adds a fixed set of tags (p, br, strong, em, code, pre, ul, ol,
+ * li, h3-h6, hr, a with an http(s) href), so neither a user nor the model can inject markup.
+ */
+(function () {
+  "use strict";
+
+  // ------------------------------------------------------------------ safe Markdown
+
+  var ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+
+  function escapeHtml(text) {
+    return String(text).replace(/[&<>"']/g, function (c) { return ESCAPES[c]; });
+  }
+
+  function emphasis(html) {
+    // Runs on escaped text: the only tags it can add are <strong> and <em>.
+    return html
+      .replace(/\*\*(?=\S)([^\n]*?\S)\*\*/g, "<strong>$1</strong>")
+      .replace(/(^|[^\w])__(?=\S)([^\n]*?\S)__(?!\w)/g, "$1<strong>$2</strong>")
+      .replace(/(^|[^*\w])\*([^\s*<](?:[^*<\n]*?[^\s*<])?)\*(?![*\w])/g, "$1<em>$2</em>")
+      .replace(/(^|[^_\w])_([^\s_<](?:[^_<\n]*?[^\s_<])?)_(?![_\w])/g, "$1<em>$2</em>");
+  }
+
+  function link(url, labelHtml) {
+    return '<a href="' + url + '" rel="noopener noreferrer" target="_blank">' + labelHtml + "</a>";
+  }
+
+  // A URL inside escaped text: it stops at whitespace, at "<" and at an escaped quote or bracket.
+  var URL_CHARS = "(?:(?!&(?:quot|lt|gt|#39);)[^\\s<\\u0000])";
+  var MD_LINK = new RegExp("\\[([^\\]\\n]+)\\]\\((https?:\\/\\/" + URL_CHARS + "+?)\\)", "g");
+  var BARE_URL = new RegExp("\\bhttps?:\\/\\/" + URL_CHARS + "+", "g");
+
+  function inline(escaped) {
+    var slots = [];
+    function keep(html) { return "\u0000" + (slots.push(html) - 1) + "\u0000"; }
+    var html = escaped
+      .replace(/`([^`\n]+)`/g, function (m, code) { return keep("<code>" + code + "</code>"); })
+      .replace(MD_LINK, function (m, label, url) { return keep(link(url, emphasis(label))); })
+      .replace(BARE_URL, function (url) {
+        var trail = url.match(/[.,;:!?)\]]+$/);
+        var tail = trail ? trail[0] : "";
+        url = url.slice(0, url.length - tail.length);
+        return keep(link(url, url)) + tail;
+      });
+    html = emphasis(html);
+    return html.replace(/\u0000(\d+)\u0000/g, function (m, n) { return slots[Number(n)]; });
+  }
+
+  function inlineLines(lines) {
+    return lines.map(function (line) { return inline(escapeHtml(line)); }).join("<br>");
+  }
+
+  var FENCE = /^\s{0,3}(`{3,}|~{3,})\s*([\w+#.-]*)\s*$/;
+  var ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
+  var HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
+  var RULE = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
+
+  function renderMarkdown(source) {
+    var lines = String(source == null ? "" : source)
+      .replace(/\u0000/g, "")
+      .replace(/\r\n?/g, "\n")
+      .split("\n");
+    var out = [];
+    var para = [];
+    var i = 0;
+    function flush() {
+      if (para.length) { out.push("<p>" + inlineLines(para) + "</p>"); para = []; }
+    }
+    while (i < lines.length) {
+      var line = lines[i];
+      var fence = line.match(FENCE);
+      if (fence) {
+        flush();
+        var marker = fence[1];
+        var closing = new RegExp("^\\s{0,3}" + (marker[0] === "`" ? "`" : "~") + "{" + marker.length + ",}\\s*$");
+        var body = [];
+        i += 1;
+        while (i < lines.length && !closing.test(lines[i])) { body.push(lines[i]); i += 1; }
+        i += 1; // the closing fence (an unclosed one, mid-stream, runs to the end)
+        var lang = fence[2] ? ' data-lang="' + escapeHtml(fence[2]) + '"' : "";
+        out.push("<pre><code" + lang + ">" + escapeHtml(body.join("\n")) + "</code></pre>");
+        continue;
+      }
+      if (/^\s*$/.test(line)) { flush(); i += 1; continue; }
+      if (RULE.test(line)) { flush(); out.push("<hr>"); i += 1; continue; }
+      var heading = line.match(HEADING);
+      if (heading) {
+        flush();
+        var level = Math.min(heading[1].length + 2, 6);
+        out.push("<h" + level + ">" + inline(escapeHtml(heading[2])) + "</h" + level + ">");
+        i += 1;
+        continue;
+      }
+      var item = line.match(ITEM);
+      if (item) {
+        flush();
+        var ordered = /\d/.test(item[2]);
+        var items = [];
+        while (i < lines.length) {
+          var m = lines[i].match(ITEM);
+          if (m && /\d/.test(m[2]) === ordered) { items.push([m[3]]); i += 1; continue; }
+          if (!m && items.length && /^\s{2,}\S/.test(lines[i])) {
+            items[items.length - 1].push(lines[i].trim()); i += 1; continue;
+          }
+          break;
+        }
+        var start = ordered ? parseInt(item[2], 10) : 1;
+        var open = ordered ? (start !== 1 ? '<ol start="' + start + '">' : "<ol>") : "<ul>";
+        out.push(open + items.map(function (parts) {
+          return "<li>" + inlineLines(parts) + "</li>";
+        }).join("") + (ordered ? "</ol>" : "</ul>"));
+        continue;
+      }
+      para.push(line);
+      i += 1;
+    }
+    flush();
+    return out.join("");
+  }
+
+  window.TandemMarkdown = { render: renderMarkdown, escape: escapeHtml };
+
+  // ------------------------------------------------------------------ the conversation page
+
+  var root = document.getElementById("chat");
+  if (!root) { return; }
+
+  var conversationId = Number(root.dataset.conversationId);
+  var turnsUrl = root.dataset.turnsUrl;
+  var stopUrl = function (id) { return root.dataset.stopUrl.replace("/0/", "/" + id + "/"); };
+  var retryUrl = function (id) { return root.dataset.retryUrl.replace("/0/", "/" + id + "/"); };
+  var list = document.getElementById("messages");
+  var emptyState = document.getElementById("empty-state");
+  var composer = document.getElementById("composer");
+  var textarea = composer.querySelector("textarea");
+  var imageToggle = composer.querySelector("input[name=image]");
+  var sendButton = composer.querySelector("button.send");
+  var notice = document.getElementById("composer-notice");
+  var connection = document.getElementById("connection");
+
+  var messages = new Map(); // message id -> {data, el}
+  var parts = new Map(); // part id -> part payload (the live copy)
+  var pending = new Map(); // message id -> events that arrived before its 201 response
+
+  // Exposed for tests and debugging: the raw text the page holds for each part.
+  window.tandem = {
+    partText: function (id) { var p = parts.get(Number(id)); return p ? p.text : null; },
+    partSeq: function (id) { var p = parts.get(Number(id)); return p ? p.seq : null; },
+  };
+
+  function csrfToken() {
+    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    if (match) { return decodeURIComponent(match[1]); }
+    var field = document.querySelector("input[name=csrfmiddlewaretoken]"); // an HttpOnly cookie
+    return field ? field.value : "";
+  }
+
+  function post(url, body) {
+    return fetch(url, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+      body: JSON.stringify(body || {}),
+    });
+  }
+
+  function el(tag, attrs, children) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (key) {
+      if (key === "text") { node.textContent = attrs[key]; }
+      else if (key === "className") { node.className = attrs[key]; }
+      else if (attrs[key] !== null && attrs[key] !== undefined && attrs[key] !== false) {
+        node.setAttribute(key, attrs[key]);
+      }
+    });
+    (children || []).forEach(function (child) { if (child) { node.appendChild(child); } });
+    return node;
+  }
+
+  // -------------------------------------------------------------- scrolling
+
+  function nearBottom() {
+    return list.scrollHeight - list.scrollTop - list.clientHeight < 120;
+  }
+  function toBottom() { list.scrollTop = list.scrollHeight; }
+  function keepingScroll(change) {
+    var stick = nearBottom();
+    change();
+    if (stick) { toBottom(); }
+  }
+
+  // -------------------------------------------------------------- drawing
+
+  var TEXT_STATUS = {
+    queued: "waiting…",
+    cancelled: "stopped",
+    interrupted: "interrupted — the server restarted",
+  };
+
+  function drawTextBody(part, node) {
+    var md = node.querySelector(".md");
+    md.innerHTML = renderMarkdown(part.text);
+    if (part.state === "streaming") {
+      // The caret sits at the end of the text, inside its last paragraph, item or code block.
+      var caret = el("span", { className: "caret", "aria-hidden": "true" });
+      var last = md.lastElementChild;
+      while (last && /^(UL|OL)$/.test(last.tagName) && last.lastElementChild) { last = last.lastElementChild; }
+      if (last && last.tagName === "PRE") { last = last.firstElementChild; }
+      (last && last.tagName !== "HR" ? last : md).appendChild(caret);
+    }
+    node.dataset.seq = String(part.seq);
+  }
+
+  function textStatus(part) {
+    if (part.state === "failed") {
+      return el("p", { className: "part-status is-failed" }, [
+        el("strong", { text: "The text failed: " }),
+        document.createTextNode(part.error || "unknown error"),
+      ]);
+    }
+    var words = TEXT_STATUS[part.state];
+    if (!words && part.state === "succeeded" && part.finish_reason === "length") {
+      words = "stopped at the length limit";
+    }
+    if (!words) { return null; }
+    return el("p", { className: "part-status is-" + part.state, text: words });
+  }
+
+  function textPart(part) {
+    var node = el("div", {
+      className: "part part-text",
+      "data-part-id": part.id,
+      "data-kind": "text",
+      "data-state": part.state,
+    }, [el("div", { className: "md" })]);
+    drawTextBody(part, node);
+    var status = textStatus(part);
+    if (status) { node.appendChild(status); }
+    return node;
+  }
+
+  function progressBar(fraction, label) {
+    var pct = Math.max(0, Math.min(100, Math.round((fraction || 0) * 100)));
+    var bar = el("div", {
+      className: "progress",
+      role: "progressbar",
+      "aria-valuemin": "0",
+      "aria-valuemax": "100",
+      "aria-valuenow": String(pct),
+      "aria-label": label,
+    }, [el("div", { className: "progress-fill" })]);
+    bar.firstChild.style.width = pct + "%";
+    return bar;
+  }
+
+  function safeImageUrl(url) {
+    return typeof url === "string" && (/^\/(?!\/)/.test(url) || /^https?:\/\//i.test(url));
+  }
+
+  function imagePart(part) {
+    var node = el("div", {
+      className: "part part-image",
+      "data-part-id": part.id,
+      "data-kind": "image",
+      "data-state": part.state,
+      "data-attempt": part.attempt,
+    });
+    if (part.state === "succeeded" && safeImageUrl(part.image_url)) {
+      var img = el("img", { alt: "The generated image", loading: "lazy" });
+      img.src = part.image_url;
+      node.appendChild(el("figure", { className: "image-frame" }, [
+        el("a", { href: part.image_url, target: "_blank", rel: "noopener noreferrer" }, [img]),
+      ]));
+      return node;
+    }
+    if (part.state === "queued" || part.state === "running") {
+      var pct = Math.round((part.progress || 0) * 100);
+      var words = part.state === "queued"
+        ? "Image waiting for a worker…"
+        : "Drawing the image… " + pct + "%";
+      node.appendChild(el("div", { className: "image-placeholder" }, [
+        el("div", { className: "image-placeholder-art", "aria-hidden": "true" }),
+        el("p", { className: "part-status is-" + part.state, text: words }),
+        progressBar(part.progress, "Image progress"),
+        part.attempt > 1 ? el("p", { className: "muted small", text: "Attempt " + part.attempt }) : null,
+      ]));
+      return node;
+    }
+    // failed, cancelled, interrupted: a card with the reason and a retry button.
+    var title = {
+      failed: "The image failed",
+      cancelled: "The image was stopped",
+      interrupted: "The image was interrupted",
+    }[part.state] || "No image";
+    var reason = part.error || (part.state === "cancelled" ? "You stopped it before it finished." : "");
+    var retry = el("button", { type: "button", className: "retry-image", text: "Retry image" });
+    retry.addEventListener("click", function () { retryImage(part.id, retry); });
+    node.appendChild(el("div", { className: "failure-card", role: "group", "aria-label": title }, [
+      el("p", { className: "failure-title", text: title }),
+      reason ? el("p", { className: "failure-reason", text: reason }) : null,
+      el("div", { className: "failure-actions" }, [
+        retry,
+        part.attempt > 1 ? el("span", { className: "muted small", text: "attempt " + part.attempt }) : null,
+      ]),
+      el("p", { className: "failure-notice", role: "status", hidden: "" }),
+    ]));
+    return node;
+  }
+
+  function drawPart(part) {
+    return part.kind === "image" ? imagePart(part) : textPart(part);
+  }
+
+  function messageHead(data) {
+    var head = el("div", { className: "message-head" }, [
+      el("span", { className: "author", text: data.role === "user" ? "You" : "Tandem" }),
+    ]);
+    if (data.role === "user") {
+      if (data.wants_image) { head.appendChild(el("span", { className: "chip", text: "with image" })); }
+      return head;
+    }
+    if (data.status === "partial") {
+      head.appendChild(el("span", {
+        className: "badge badge-partial",
+        title: "One part of this reply finished and another did not.",
+        text: "partial",
+      }));
+    } else if (data.status === "failed") {
+      var has = function (state) { return data.parts.some(function (p) { return p.state === state; }); };
+      head.appendChild(has("failed") ? el("span", { className: "badge badge-failed", text: "failed" })
+        : has("interrupted") ? el("span", { className: "badge badge-failed", text: "interrupted" })
+          : el("span", { className: "badge badge-stopped", text: "stopped" }));
+    }
+    if (data.status === "in_progress") {
+      var stop = el("button", { type: "button", className: "stop", text: "Stop" });
+      stop.addEventListener("click", function () { stopMessage(data.id, stop); });
+      head.appendChild(stop);
+    }
+    return head;
+  }
+
+  function drawMessage(data) {
+    var article = el("article", {
+      className: "message message-" + data.role,
+      "data-message-id": data.id,
+      "data-role": data.role,
+      "data-status": data.status || null,
+    });
+    article.appendChild(messageHead(data));
+    if (data.role === "user") {
+      var body = el("div", { className: "md user-text" });
+      body.innerHTML = renderMarkdown(data.text);
+      article.appendChild(el("div", { className: "bubble" }, [body]));
+      return article;
+    }
+    if (data.history_truncated) {
+      article.appendChild(el("p", {
+        className: "note history-note",
+        text: "Older messages were left out to fit the model's context.",
+      }));
+    }
+    var box = el("div", { className: "parts" });
+    data.parts.slice().sort(function (a, b) { return a.index - b.index; }).forEach(function (part) {
+      box.appendChild(drawPart(part));
+    });
+    article.appendChild(box);
+    return article;
+  }
+
+  function placeMessage(entry) {
+    // Keep articles in position order; a new one normally goes last.
+    var after = null;
+    messages.forEach(function (other) {
+      if (other !== entry && other.el.parentNode === list && other.data.position < entry.data.position) {
+        if (!after || other.data.position > after.data.position) { after = other; }
+      }
+    });
+    var anchor = after ? after.el.nextSibling : list.firstChild;
+    if (entry.el.parentNode !== list || entry.el.previousSibling !== (after ? after.el : null)) {
+      list.insertBefore(entry.el, anchor);
+    }
+  }
+
+  function setMessage(data) {
+    var existing = messages.get(data.id);
+    if (existing && existing.el.parentNode === list && JSON.stringify(existing.data) === JSON.stringify(data)) {
+      return existing; // unchanged (a reconnect's snapshot): keep the drawing, and its image
+    }
+    var fresh = drawMessage(data);
+    if (existing && existing.el.parentNode) { existing.el.replaceWith(fresh); }
+    var entry = { data: data, el: fresh };
+    messages.set(data.id, entry);
+    data.parts.forEach(function (part) { parts.set(part.id, part); });
+    placeMessage(entry);
+    if (emptyState) { emptyState.hidden = messages.size > 0; }
+    return entry;
+  }
+
+  function redrawHead(entry) {
+    var head = entry.el.querySelector(".message-head");
+    head.replaceWith(messageHead(entry.data));
+    if (entry.data.status) { entry.el.dataset.status = entry.data.status; }
+  }
+
+  function redrawPart(part) {
+    var entry = messages.get(part.message_id);
+    if (!entry) { return; }
+    var old = entry.el.querySelector('[data-part-id="' + part.id + '"]');
+    var img = old && old.querySelector("img");
+    if (img && part.state === "succeeded" && img.getAttribute("src") === part.image_url) {
+      return; // already showing this image: do not reload it
+    }
+    var fresh = drawPart(part);
+    if (old) { old.replaceWith(fresh); }
+    else { entry.el.querySelector(".parts").appendChild(fresh); }
+  }
+
+  // -------------------------------------------------------------- live events
+
+  function applySnapshot(list_) {
+    keepingScroll(function () {
+      var seen = new Set();
+      list_.forEach(function (data) { seen.add(data.id); setMessage(data); });
+      messages.forEach(function (entry, id) {
+        if (!seen.has(id)) { entry.el.remove(); messages.delete(id); }
+      });
+      pending.forEach(function (events, messageId) {
+        pending.delete(messageId);
+        if (messages.has(messageId)) { events.forEach(handleEvent); }
+      });
+    });
+  }
+
+  function deferIfUnknown(messageId, event) {
+    if (messages.has(messageId)) { return false; }
+    // Events can outrun this page's own 201 answer: keep them until it has been drawn.
+    var queue = pending.get(messageId) || [];
+    if (queue.length < 5000) { queue.push(event); }
+    pending.set(messageId, queue);
+    if (!sending) { resync("a reply created elsewhere"); }
+    return true;
+  }
+
+  function onDelta(event) {
+    if (deferIfUnknown(event.message_id, event)) { return; }
+    var part = parts.get(event.part_id);
+    if (!part || event.seq <= part.seq) { return; } // already have it (snapshot or earlier)
+    if (event.seq > part.seq + 1) { resync("missed text pieces"); return; }
+    part.text += event.text;
+    part.seq = event.seq;
+    var node = document.querySelector('[data-part-id="' + part.id + '"]');
+    if (part.state === "queued") {
+      part.state = "streaming";
+      keepingScroll(function () { redrawPart(part); });
+      return;
+    }
+    if (node) { keepingScroll(function () { drawTextBody(part, node); }); }
+  }
+
+  function onPartState(event) {
+    var incoming = event.part;
+    if (deferIfUnknown(incoming.message_id, event)) { return; }
+    var part = parts.get(incoming.id);
+    if (!part) {
+      part = incoming;
+      parts.set(part.id, part);
+      messages.get(part.message_id).data.parts.push(part);
+    } else {
+      ["state", "progress", "error", "attempt", "image_url", "finish_reason"].forEach(function (key) {
+        part[key] = incoming[key];
+      });
+      if (incoming.seq >= part.seq) { part.text = incoming.text; part.seq = incoming.seq; }
+    }
+    keepingScroll(function () { redrawPart(part); });
+  }
+
+  function onMessageState(event) {
+    if (deferIfUnknown(event.message_id, event)) { return; }
+    var entry = messages.get(event.message_id);
+    entry.data.status = event.status;
+    redrawHead(entry);
+  }
+
+  function handleEvent(event) {
+    switch (event.type) {
+      case "snapshot": applySnapshot(event.messages); break;
+      case "part.delta": onDelta(event); break;
+      case "part.state": onPartState(event); break;
+      case "message.state": onMessageState(event); break;
+      default: break;
+    }
+  }
+
+  // -------------------------------------------------------------- the socket
+
+  var socket = null;
+  var attempts = 0;
+  var retryTimer = null;
+  var lastResync = 0;
+
+  function setConnection(state, words) {
+    connection.dataset.connection = state;
+    connection.textContent = words;
+  }
+
+  function stopped(words) {
+    socket = null;
+    setConnection("closed", words);
+  }
+
+  function reconnectLater() {
+    attempts += 1;
+    var delay = Math.min(10000, 500 * Math.pow(2, attempts - 1)) * (0.8 + Math.random() * 0.4);
+    setConnection("connecting", "connection lost — reconnecting…");
+    retryTimer = setTimeout(connect, delay);
+  }
+
+  function connect() {
+    clearTimeout(retryTimer);
+    var scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    var ws = new WebSocket(scheme + "//" + location.host + "/ws/conversations/" + conversationId + "/");
+    var opened = false;
+    socket = ws;
+    setConnection("connecting", attempts ? "reconnecting…" : "connecting…");
+    ws.onopen = function () { opened = true; attempts = 0; setConnection("open", "live"); };
+    ws.onmessage = function (message) {
+      if (ws !== socket) { return; }
+      var event;
+      try { event = JSON.parse(message.data); } catch (e) { return; }
+      handleEvent(event);
+    };
+    ws.onclose = function (close) {
+      if (ws !== socket) { return; }
+      socket = null;
+      if (close.code === 4401) { stopped("signed out — reload the page to sign in"); return; }
+      if (close.code === 4404) { stopped("this conversation is not available"); return; }
+      if (opened) { reconnectLater(); return; }
+      // Refused before it opened: a browser cannot see why, so ask the page itself.
+      fetch(location.pathname, { credentials: "same-origin", redirect: "follow" })
+        .then(function (response) {
+          if (response.status === 404) { stopped("this conversation is not available"); }
+          else if (response.redirected && /\/accounts\/login\//.test(response.url)) {
+            stopped("signed out — reload the page to sign in");
+          } else { reconnectLater(); }
+        }, reconnectLater);
+    };
+  }
+
+  var resyncTimer = null;
+
+  function resync(why) {
+    // Missed text pieces, or a reply this page never saw created (another tab sent it):
+    // start over from a fresh snapshot, at most once a second.
+    if (resyncTimer) { return; }
+    resyncTimer = setTimeout(function () {
+      resyncTimer = null;
+      lastResync = Date.now();
+      var old = socket;
+      socket = null;
+      if (old) { try { old.close(4000, why); } catch (e) { /* already closing */ } }
+      connect();
+    }, Math.max(0, lastResync + 1000 - Date.now()));
+  }
+
+  window.addEventListener("online", function () { if (!socket) { connect(); } });
+
+  // -------------------------------------------------------------- actions
+
+  function showNotice(kind, words) {
+    notice.hidden = !words;
+    notice.dataset.kind = kind || "";
+    notice.textContent = words || "";
+    textarea.setAttribute("aria-invalid", kind === "error" ? "true" : "false");
+  }
+
+  function errorText(response, body, fallback) {
+    return (body && typeof body.error === "string" && body.error) || fallback + " (HTTP " + response.status + ")";
+  }
+
+  var sending = false;
+  var holdUntil = 0;
+  var holdTimer = null;
+
+  function holdSend(seconds) {
+    holdUntil = Date.now() + seconds * 1000;
+    clearInterval(holdTimer);
+    var tick = function () {
+      var left = Math.ceil((holdUntil - Date.now()) / 1000);
+      if (left <= 0) {
+        clearInterval(holdTimer);
+        sendButton.disabled = sending;
+        sendButton.textContent = "Send";
+        return;
+      }
+      sendButton.disabled = true;
+      sendButton.textContent = "Wait " + left + " s";
+    };
+    tick();
+    holdTimer = setInterval(tick, 250);
+  }
+
+  function retitle(text) {
+    var link = document.querySelector('.conversation-list a[aria-current="page"]');
+    var title = document.getElementById("conversation-title");
+    if (link && link.dataset.untitled === "true") {
+      link.textContent = text.slice(0, 60);
+      link.dataset.untitled = "false";
+    }
+    if (title && title.dataset.untitled === "true") {
+      title.textContent = text.slice(0, 60);
+      title.dataset.untitled = "false";
+    }
+  }
+
+  function send() {
+    if (sending || Date.now() < holdUntil) { return; }
+    var text = textarea.value;
+    if (!text.trim()) { showNotice("error", "Write a message first."); textarea.focus(); return; }
+    sending = true;
+    sendButton.disabled = true;
+    composer.setAttribute("aria-busy", "true");
+    post(turnsUrl, { text: text, image: imageToggle.checked })
+      .then(function (response) {
+        return response.json().catch(function () { return null; }).then(function (body) {
+          if (response.status === 201) {
+            showNotice("", "");
+            textarea.value = "";
+            autosize();
+            retitle(text.trim());
+            keepingScroll(function () {
+              [body.user, body.reply].forEach(function (data) {
+                if (!messages.has(data.id)) { setMessage(data); }
+                var queued = pending.get(data.id);
+                if (queued) { pending.delete(data.id); queued.forEach(handleEvent); }
+              });
+            });
+            toBottom();
+            return;
+          }
+          if (response.status === 422) {
+            showNotice("error", errorText(response, body, "That message can't be sent"));
+          } else if (response.status === 429) {
+            var wait = parseInt(response.headers.get("Retry-After") || "5", 10) || 5;
+            showNotice("busy", errorText(response, body, "The engine is busy") + " You can send again in " + wait + " s.");
+            holdSend(Math.min(wait, 60));
+          } else if (response.status === 503) {
+            var later = parseInt(response.headers.get("Retry-After") || "5", 10) || 5;
+            showNotice("busy", errorText(response, body, "The model is still loading"));
+            holdSend(Math.min(later, 60));
+          } else if (response.status === 403) {
+            showNotice("error", "Your session has expired; reload the page and sign in again.");
+          } else {
+            showNotice("error", errorText(response, body, "Something went wrong"));
+          }
+        });
+      })
+      .catch(function () {
+        showNotice("error", "Could not reach the server; check your connection and try again.");
+      })
+      .then(function () {
+        sending = false;
+        if (pending.size) { resync("a reply created elsewhere"); }
+        composer.removeAttribute("aria-busy");
+        if (Date.now() >= holdUntil) { sendButton.disabled = false; }
+      });
+  }
+
+  function stopMessage(messageId, button) {
+    button.disabled = true;
+    button.textContent = "Stopping…";
+    post(stopUrl(messageId)).then(function (response) {
+      if (response.status !== 202) {
+        button.disabled = false;
+        button.textContent = "Stop";
+      }
+    }, function () { button.disabled = false; button.textContent = "Stop"; });
+  }
+
+  function retryImage(partId, button) {
+    var card = button.closest(".failure-card");
+    var say = card.querySelector(".failure-notice");
+    button.disabled = true;
+    button.textContent = "Retrying…";
+    post(retryUrl(partId)).then(function (response) {
+      if (response.status === 202) { return; } // the new state arrives over the socket
+      return response.json().catch(function () { return null; }).then(function (body) {
+        button.disabled = false;
+        button.textContent = "Retry image";
+        say.hidden = false;
+        say.textContent = errorText(response, body, "The image could not be retried");
+      });
+    }, function () {
+      button.disabled = false;
+      button.textContent = "Retry image";
+      say.hidden = false;
+      say.textContent = "Could not reach the server.";
+    });
+  }
+
+  // -------------------------------------------------------------- the composer
+
+  function autosize() {
+    textarea.style.height = "auto";
+    textarea.style.height = Math.min(textarea.scrollHeight + 2, 240) + "px";
+  }
+
+  textarea.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing && !event.altKey && !event.ctrlKey && !event.metaKey) {
+      event.preventDefault();
+      send();
+    }
+  });
+  textarea.addEventListener("input", function () {
+    autosize();
+    if (notice.dataset.kind === "error") { showNotice("", ""); }
+  });
+  composer.addEventListener("submit", function (event) { event.preventDefault(); send(); });
+
+  // -------------------------------------------------------------- start
+
+  var initial = JSON.parse(document.getElementById("initial-messages").textContent || "[]");
+  applySnapshot(initial);
+  toBottom();
+  connect();
+  textarea.focus();
+})();

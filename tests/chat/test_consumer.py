@@ -1,0 +1,89 @@
+"""The conversation consumer on the real Redis channel layer (WebsocketCommunicator)."""
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+
+from chat import events, live_text
+from chat.models import Message, Part
+from chat.routing import websocket_urlpatterns
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+app = URLRouter(websocket_urlpatterns)
+
+
+def streaming_reply(conversation, saved: str, saved_seq: int, tail: list[str]) -> Part:
+    """A reply mid-stream: `saved` in the database at `saved_seq`, later pieces only in Redis."""
+    Message.objects.create(conversation=conversation, role="user", position=0, text="Hi")
+    reply = Message.objects.create(conversation=conversation, role="assistant", position=1)
+    part = Part.objects.create(
+        message=reply, index=0, kind="text", state="streaming", text=saved, seq=saved_seq
+    )
+    live_text.reset(part.pk)
+    for piece in ["x"] * saved_seq + tail:
+        live_text.append(part.pk, piece)
+    return part
+
+
+async def connect(user, conversation_id: int) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(app, f"/ws/conversations/{conversation_id}/")
+    communicator.scope["user"] = user
+    connected, code = await communicator.connect(timeout=10)
+    assert connected, code
+    return communicator
+
+
+async def test_snapshot_includes_the_live_tail_then_dedupes(alice, conversation):
+    part = await sync_to_async(streaming_reply)(conversation, "Hello", 2, [" wor", "ld"])
+    ws = await connect(alice, conversation.pk)
+    snapshot = await ws.receive_json_from(timeout=10)
+    assert snapshot["type"] == "snapshot"
+    [_, reply] = snapshot["messages"]
+    [text] = reply["parts"]
+    assert (text["text"], text["seq"]) == ("Hello world", 4)
+
+    send = sync_to_async(events.send)
+    await send(conversation.pk, events.delta_event(part, 4, "ld"))  # already in the snapshot
+    await send(conversation.pk, events.delta_event(part, 5, "!"))
+    delta = await ws.receive_json_from(timeout=10)
+    assert (delta["type"], delta["seq"], delta["text"]) == ("part.delta", 5, "!")
+    assert await ws.receive_nothing(timeout=0.3)
+    await ws.disconnect()
+
+
+async def test_part_and_message_state_reach_the_socket(alice, conversation):
+    part = await sync_to_async(streaming_reply)(conversation, "", 0, [])
+    ws = await connect(alice, conversation.pk)
+    await ws.receive_json_from(timeout=10)
+    from chat.services import part_transition
+
+    await sync_to_async(part_transition)(part.pk, Part.State.SUCCEEDED, text="Done", seq=1)
+    state = await ws.receive_json_from(timeout=10)
+    assert state["type"] == "part.state" and state["part"]["state"] == "succeeded"
+    status = await ws.receive_json_from(timeout=10)
+    assert status == {"type": "message.state", "message_id": part.message_id, "status": "complete"}
+    await ws.disconnect()
+
+
+async def test_other_users_and_anonymous_are_refused(alice, bob, conversation):
+    from django.contrib.auth.models import AnonymousUser
+
+    for user, code in ((bob, 4404), (AnonymousUser(), 4401)):
+        communicator = WebsocketCommunicator(app, f"/ws/conversations/{conversation.pk}/")
+        communicator.scope["user"] = user
+        connected, _ = await communicator.connect(timeout=10)
+        assert connected  # accepted only to deliver the close code to the browser
+        closed = await communicator.receive_output(timeout=10)
+        assert closed == {"type": "websocket.close", "code": code}
+
+
+async def test_malformed_frames_get_error_events(alice, conversation):
+    ws = await connect(alice, conversation.pk)
+    await ws.receive_json_from(timeout=10)
+    await ws.send_to(text_data="{not json")
+    assert (await ws.receive_json_from(timeout=10))["type"] == "error"
+    await ws.send_to(text_data='{"type": "ping"}')
+    assert (await ws.receive_json_from(timeout=10)) == {"type": "pong"}
+    await ws.disconnect()

@@ -1,0 +1,158 @@
+"""The rendering service run in this process, on the real database and channel layer.
+
+These cover the decisions (skip, restart, retry, fail, discard); tests/media/test_worker.py
+runs the same service inside real worker processes.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.utils import timezone
+
+from chat.models import Part
+from media import rendering
+from media.backends.base import prompt_seed
+from media.backends.procedural import ProceduralBackend
+from media.services import image_cancel
+from tests.media.conftest import PROMPT, make_turn, stored_images
+from tests.support.media import EventTap
+
+pytestmark = pytest.mark.django_db(transaction=True)  # on_commit announcements run
+
+
+@pytest.fixture(autouse=True)
+def fast_images(settings):
+    settings.TANDEM_IMAGE_STEPS = 4
+    settings.TANDEM_IMAGE_STEP_DELAY = 0
+
+
+def render(part: Part, retries: int = 0, redelivered: bool = False) -> rendering.Retry | None:
+    task_id = part.task_id or f"test-{uuid.uuid4()}"
+    return rendering.render(part.pk, task_id=task_id, retries=retries, redelivered=redelivered)
+
+
+def test_a_render_stores_the_prompts_png_and_succeeds(media_root):
+    turn = make_turn()
+    with EventTap(turn.conversation.pk) as tap:
+        assert render(turn.image) is None
+        states = [event["state"] for event in tap.part_states(turn.image.pk)]
+    part = turn.refresh()
+    assert part.state == Part.State.SUCCEEDED and part.progress == 1.0
+    assert part.started_at <= part.finished_at and part.error == ""
+    [stored] = stored_images(media_root, part)
+    assert part.image.name == stored.relative_to(media_root).as_posix()
+    assert part.image.name.startswith(timezone.now().strftime("images/%Y/%m/part-"))
+    expected = ProceduralBackend(4, 0).render(
+        PROMPT, seed=prompt_seed(PROMPT), on_progress=lambda _: None
+    )
+    assert stored.read_bytes() == expected  # drawn from the user's words
+    assert states[0] == "running" and states[-1] == "succeeded"
+
+
+def test_a_final_part_is_left_alone(media_root):
+    turn = make_turn()
+    render(turn.image)
+    before = turn.refresh()
+    assert render(turn.image, redelivered=True) is None
+    after = turn.refresh()
+    assert (after.state, after.image.name, after.updated_at) == (
+        before.state,
+        before.image.name,
+        before.updated_at,
+    )
+    assert len(stored_images(media_root, after)) == 1
+
+
+def test_a_running_part_restarts_only_for_a_redelivery_or_a_retry(media_root):
+    turn = make_turn()
+    Part.objects.filter(pk=turn.image.pk).update(state=Part.State.RUNNING, progress=0.4)
+    render(turn.image)  # a second copy of the message while another worker draws it
+    assert turn.refresh().state == Part.State.RUNNING and turn.refresh().progress == 0.4
+    render(turn.image, redelivered=True)  # the worker that had it died
+    assert turn.refresh().state == Part.State.SUCCEEDED
+    other = make_turn()
+    Part.objects.filter(pk=other.image.pk).update(state=Part.State.RUNNING)
+    render(other.image, retries=1)  # a Celery retry after a transient error
+    assert other.refresh().state == Part.State.SUCCEEDED
+
+
+def test_transient_errors_retry_with_backoff_until_the_limit(media_root, settings):
+    settings.TANDEM_IMAGE_FAILURE_RATE = 1.0
+    settings.TANDEM_IMAGE_MAX_RETRIES = 2
+    settings.TANDEM_IMAGE_RETRY_BACKOFF = 2.0
+    settings.TANDEM_IMAGE_RETRY_BACKOFF_MAX = 5.0
+    turn = make_turn()
+    first = render(turn.image)
+    assert 1.0 <= first.countdown <= 2.0
+    assert "injected failure" in str(first.error)
+    assert turn.refresh().state == Part.State.RUNNING  # still the worker's while it waits
+    second = render(turn.image, retries=1)
+    assert 2.0 <= second.countdown <= 4.0
+    assert 2.5 <= rendering.backoff(5) <= 5.0  # capped
+    assert render(turn.image, retries=2) is None
+    part = turn.refresh()
+    assert part.state == Part.State.FAILED
+    assert part.error == "Failed after 3 tries: injected failure (TANDEM_IMAGE_FAILURE_RATE=1)"
+    assert stored_images(media_root, part) == []
+
+
+def test_a_permanent_error_fails_at_once_with_its_reason(media_root, settings, tmp_path):
+    settings.TANDEM_IMAGE_BACKEND = "diffusers"
+    settings.TANDEM_IMAGE_MODEL_DIR = str(tmp_path / "no-model")
+    turn = make_turn()
+    assert render(turn.image) is None
+    part = turn.refresh()
+    assert part.state == Part.State.FAILED
+    assert part.error.startswith("Failed: no diffusers pipeline at TANDEM_IMAGE_MODEL_DIR=")
+
+
+def test_a_crashing_backend_fails_the_part_instead_of_leaving_it_running(
+    media_root, settings, tmp_path
+):
+    pytest.importorskip("diffusers", reason="the crash comes from diffusers reading a bad model")
+    (tmp_path / "model_index.json").write_text("{not json")
+    settings.TANDEM_IMAGE_BACKEND = "diffusers"
+    settings.TANDEM_IMAGE_MODEL_DIR = str(tmp_path)
+    turn = make_turn()
+    render(turn.image)
+    part = turn.refresh()
+    assert part.state == Part.State.FAILED
+    assert part.error.startswith("The image backend crashed (")
+
+
+def test_a_render_that_loses_the_race_deletes_its_file(media_root, monkeypatch):
+    """A cancel landing after the last progress report: the finished render is discarded.
+
+    The race cannot be timed for real, so the backend here cancels the part itself, right
+    before it returns its picture.
+    """
+    turn = make_turn()
+
+    class CancelledAtTheLastMoment:
+        def render(self, prompt, *, seed, on_progress):
+            png = ProceduralBackend(2, 0).render(prompt, seed=seed, on_progress=on_progress)
+            image_cancel(turn.image)
+            return png
+
+    monkeypatch.setattr(rendering, "configured_backend", CancelledAtTheLastMoment)
+    render(turn.image)
+    part = turn.refresh()
+    assert part.state == Part.State.CANCELLED and not part.image
+    assert list(media_root.rglob("*.png")) == []
+
+
+def test_a_render_that_kills_its_worker_every_time_ends_failed(media_root, settings):
+    """Redeliveries after a dead worker are counted; past the retry limit the part fails."""
+    settings.TANDEM_IMAGE_MAX_RETRIES = 2
+    turn = make_turn()
+    task_id = f"test-{uuid.uuid4()}"
+    Part.objects.filter(pk=turn.image.pk).update(state=Part.State.RUNNING, task_id=task_id)
+    for _ in range(2):  # two earlier redeliveries, whose workers died too
+        rendering.count_restart(task_id)
+    render(turn.refresh(), redelivered=True)
+    part = turn.refresh()
+    assert part.state == Part.State.FAILED
+    assert part.error == "Failed: the worker drawing this image died every time it tried."
+    assert stored_images(media_root, part) == []
