@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,37 +94,13 @@ def engine_server(daphne) -> Daphne:
 @pytest.fixture
 def celery_worker(django_db_setup, service_logs) -> Iterator[Service]:
     """A real Celery worker process consuming the media queue from the test Redis."""
-    from config.celery import app
+    from tests.support.media import start_worker
 
-    name = f"test-{uuid.uuid4().hex[:8]}@localhost"
-    env = child_env(DATABASE_URL=test_database_url())
-    argv = [
-        str(BIN / "celery"),
-        "-A",
-        "config",
-        "worker",
-        "-Q",
-        "media",
-        "-c",
-        "1",
-        "-n",
-        name,
-        "--without-gossip",
-        "--without-mingle",
-        "-l",
-        "info",
-    ]
-    service = Service(f"worker-{name.split('@')[0]}", argv, env, service_logs)
+    worker = start_worker(service_logs)
     try:
-        wait_until(
-            lambda: not service.alive() or bool(app.control.inspect([name], timeout=0.5).ping()),
-            60,
-            "the celery worker to answer ping",
-        )
-        assert service.alive(), service.log_text()
-        yield service
+        yield worker.service
     finally:
-        service.stop()
+        worker.service.stop()
 
 
 @pytest.fixture(scope="module")
