@@ -13,11 +13,10 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 from pydantic import BaseModel, ValidationError
 
-from inference.api_auth import require_api_key
+from inference.api_endpoint import api_endpoint
 from inference.api_engine import json_body, model_name, ready_engine
 from inference.api_errors import ApiError, from_exception, openai_error, openai_error_body
 from inference.engine import EngineEvent, FinishReason
@@ -134,19 +133,11 @@ def parse(schema: type[BaseModel], request: HttpRequest):
         raise from_exception(exc) from None
 
 
-def openai_endpoint(view):
-    """No CSRF (bearer keys instead), API key check, ApiError → OpenAI error body."""
+def openai_auth_error(message: str) -> dict:
+    return openai_error_body(message, "authentication_error")
 
-    async def wrapped(request: HttpRequest) -> HttpResponse:
-        try:
-            return await view(request)
-        except ApiError as error:
-            return openai_error(error)
 
-    wrapped.__name__ = view.__name__
-    wrapped.__doc__ = view.__doc__
-    auth_error = lambda message: openai_error_body(message, "authentication_error")  # noqa: E731
-    return csrf_exempt(require_api_key(auth_error)(wrapped))
+openai_endpoint = api_endpoint(openai_error, openai_auth_error)
 
 
 @openai_endpoint

@@ -12,11 +12,10 @@ from collections.abc import AsyncIterator
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from pydantic import ValidationError
 
-from inference.api_auth import require_api_key
+from inference.api_endpoint import api_endpoint
 from inference.api_engine import json_body, ready_engine
 from inference.api_errors import ApiError, from_exception, tgi_error
 from inference.engine import Engine, EngineEvent, FinishReason, SamplingParams
@@ -161,17 +160,8 @@ async def generate_batch(body: object) -> JsonResponse:
 
 
 def tgi_endpoint(view):
-    """POST only, no CSRF (bearer keys instead), API key check, ApiError → TGI error body."""
-
-    async def wrapped(request: HttpRequest) -> HttpResponse:
-        try:
-            return await view(request)
-        except ApiError as error:
-            return tgi_error(error)
-
-    wrapped.__name__ = view.__name__
-    wrapped.__doc__ = view.__doc__
-    return csrf_exempt(require_POST(require_api_key(tgi_auth_error)(wrapped)))
+    """POST only, and errors in TGI's {"error", "error_type"} shape."""
+    return require_POST(api_endpoint(tgi_error, tgi_auth_error)(view))
 
 
 @tgi_endpoint

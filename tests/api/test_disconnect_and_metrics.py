@@ -1,12 +1,10 @@
 """A client that goes away stops using the engine; /metrics shows what happened."""
 
-import http.client
-import json
 import time
 
 import pytest
 
-from tests.support.http import get, metric_values, post_json
+from tests.support.http import get, metric_values, open_long_stream, post_json, scrape_metric
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.model, pytest.mark.django_db(transaction=True)]
@@ -23,29 +21,21 @@ def sample(text: str, name: str) -> float:
 def test_disconnect_cancels_the_request(engine_server):
     before = scrape(engine_server)
     cancelled = 'tandem_engine_requests_finished_total{reason="cancelled"}'
-    conn = http.client.HTTPConnection("127.0.0.1", engine_server.port, timeout=60)
-    conn.request(
-        "POST",
-        "/generate_stream",
-        body=json.dumps(
-            {"inputs": "Write a long essay about the sea.", "parameters": {"max_new_tokens": 1000}}
-        ),
-        headers={"Content-Type": "application/json"},
-    )
+    conn = open_long_stream(engine_server, "Write a long essay about the sea.")
     response = conn.getresponse()
     assert response.status == 200
     received = 0
     while received < 3:
         if response.fp.readline().startswith(b"data:"):
             received += 1
-    assert sample(scrape(engine_server), "tandem_engine_running_requests") == 1
-    generated_at_close = sample(scrape(engine_server), "tandem_engine_generated_tokens_total")
+    assert scrape_metric(engine_server, "tandem_engine_running_requests") == 1
+    generated_at_close = scrape_metric(engine_server, "tandem_engine_generated_tokens_total")
     response.close()  # the socket stays open while the response holds it
     conn.close()
     closed_at = time.monotonic()
 
     wait_until(
-        lambda: sample(scrape(engine_server), "tandem_engine_running_requests") == 0,
+        lambda: scrape_metric(engine_server, "tandem_engine_running_requests") == 0,
         10,
         "the engine to drop the request",
     )

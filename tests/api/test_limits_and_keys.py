@@ -1,12 +1,9 @@
 """A Daphne with one slot, one waiting place and API keys: 429s, 401s and no orphans."""
 
-import http.client
-import json
-
 import pytest
 
 from tests.conftest import start_daphne, wait_for_model
-from tests.support.http import get, metric_values, post_json
+from tests.support.http import get, open_long_stream, post_json, scrape_metric
 from tests.support.processes import wait_until
 
 pytestmark = [pytest.mark.model, pytest.mark.django_db(transaction=True)]
@@ -31,22 +28,9 @@ def tight_server(django_db_setup, service_logs):
         server.service.stop()
 
 
-def hold_stream(server) -> http.client.HTTPConnection:
+def hold_stream(server):
     """Open a long stream and keep it open (it occupies a slot or the waiting place)."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    conn.request(
-        "POST",
-        "/generate_stream",
-        body=json.dumps(
-            {"inputs": "Tell me about rivers.", "parameters": {"max_new_tokens": 1000}}
-        ),
-        headers={"Content-Type": "application/json", **AUTH},
-    )
-    return conn
-
-
-def gauge(server, name: str) -> float:
-    return metric_values(get(f"{server.url}/metrics")[2], name).get(name, 0.0)
+    return open_long_stream(server, "Tell me about rivers.", AUTH)
 
 
 def test_missing_or_wrong_key_is_401(tight_server):
@@ -64,9 +48,13 @@ def test_missing_or_wrong_key_is_401(tight_server):
 def test_full_queue_is_429_with_retry_after_and_leaves_no_orphans(tight_server):
     running = hold_stream(tight_server)
     assert running.getresponse().status == 200
-    wait_until(lambda: gauge(tight_server, "tandem_engine_running_requests") == 1, 10, "running")
+    wait_until(
+        lambda: scrape_metric(tight_server, "tandem_engine_running_requests") == 1, 10, "running"
+    )
     waiting = hold_stream(tight_server)
-    wait_until(lambda: gauge(tight_server, "tandem_engine_waiting_requests") == 1, 10, "waiting")
+    wait_until(
+        lambda: scrape_metric(tight_server, "tandem_engine_waiting_requests") == 1, 10, "waiting"
+    )
 
     body = {"inputs": "Hi", "parameters": {"max_new_tokens": 1}}
     status, headers, answer = post_json(f"{tight_server.url}/generate", body, AUTH)
@@ -82,8 +70,8 @@ def test_full_queue_is_429_with_retry_after_and_leaves_no_orphans(tight_server):
     waiting.close()
     wait_until(
         lambda: (
-            gauge(tight_server, "tandem_engine_running_requests") == 0
-            and gauge(tight_server, "tandem_engine_waiting_requests") == 0
+            scrape_metric(tight_server, "tandem_engine_running_requests") == 0
+            and scrape_metric(tight_server, "tandem_engine_waiting_requests") == 0
         ),
         15,
         "the engine to drop both held requests",

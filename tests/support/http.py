@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -54,3 +55,20 @@ def metric_values(text: str, name: str) -> dict[str, float]:
             sample, _, value = line.rpartition(" ")
             values[sample] = float(value)
     return values
+
+
+def scrape_metric(server, name: str) -> float:
+    """One sample of a running server's /metrics (0 when absent)."""
+    return metric_values(get(f"{server.url}/metrics")[2], name).get(name, 0.0)
+
+
+def open_long_stream(server, prompt: str, headers: dict | None = None):
+    """POST a 1000-token /generate_stream and leave it open; returns the connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request(
+        "POST",
+        "/generate_stream",
+        body=json.dumps({"inputs": prompt, "parameters": {"max_new_tokens": 1000}}),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    return conn
