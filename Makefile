@@ -8,7 +8,7 @@ export DEBUG ?= 1
 export PATH := $(BIN):$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test setup venv redis migrate lint model bench clean-venv
+.PHONY: run test chaos setup venv redis migrate lint model bench clean-venv
 
 run: setup model
 	@$(BIN)/python manage.py create_dev_login
@@ -19,9 +19,17 @@ run: setup model
 	$(BIN)/honcho start
 
 # The suite uses Redis database 15 so that a `make run` on database 0 never shares its queues.
-test: export REDIS_URL ?= redis://127.0.0.1:6379/15
+# `make test` is every test: the ordinary ones, then the chaos scenarios (each run once).
+test chaos: export REDIS_URL ?= redis://127.0.0.1:6379/15
 test: setup
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not chaos"
+	$(CHAOS)
+
+# Fault scenarios with figures: worker kills, Redis outage, web restart, overload. Each writes
+# var/reliability/<scenario>.json; docs/reliability.md explains them and quotes the last run.
+CHAOS = $(BIN)/pytest -m chaos
+chaos: setup
+	$(CHAOS)
 
 setup: venv redis migrate
 
@@ -44,9 +52,10 @@ migrate: venv
 model: venv
 	@$(BIN)/python manage.py model_info
 
-# The engine against HF generate, same prompts and dtype (docs/benchmarks.md).
+# The engine against its peers, same prompts and dtype (docs/benchmarks.md); BENCH_ARGS=--quick.
 bench: venv
-	$(BIN)/python -m bench.engine --streams 1 16 --new-tokens 64
+	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
+	$(BIN)/python -m bench.engine $(BENCH_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

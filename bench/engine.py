@@ -1,178 +1,203 @@
-"""Tandem's engine against HF `generate`, same prompts, same dtype, same process.
+"""Tandem's engine against its peers, same prompts, same max_new_tokens, same dtype, one process.
 
-    .venv/bin/python -m bench.engine --streams 1 16 --new-tokens 64
+    .venv/bin/python -m bench.engine            # the documented run (docs/benchmarks.md)
+    .venv/bin/python -m bench.engine --quick    # a minute or two, for development
 
-Every request generates exactly --new-tokens tokens (EOS ignored by both), greedily, so the
-work is identical. HF runs each concurrency level as one static batch (left-padded);
-Tandem gets the same requests submitted at once. Prints a table with the ratio and writes
-JSON under bench/results/.
+Peers: the lecture's naive loop (string state, re-tokenised, no cache), the same loop with
+a KV cache, HF `generate` on a static batch, transformers' `generate_batch` (its continuous
+batching) and Tandem's engine, at each --streams level; the last two also with Poisson
+arrivals. Then the bare-forward ceiling, the lecture's table and chart, the ITL flatness
+of one long stream and head-of-line blocking. Every request generates exactly
+--new-tokens tokens, greedily, EOS ignored. Prints tables and writes JSON to bench/results/.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import threading
+import os
+import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
+from bench import head_of_line, lecture, report
+from bench.peers import ceiling, hf_generate_batch, hf_static, kv_loop, naive
+from bench.peers.tandem import TandemPeer
+from bench.stats import Figures, PeerRun, quarter_ratio, summarise
+from bench.workload import burst, chat_prompts, chat_texts, poisson
 from inference import loading
-from inference.engine import Engine, EngineConfig, EngineEvent, SamplingParams
-from inference.prompting import chat_prompt_ids
+from inference.engine import EngineConfig
 
-PROMPTS = [
-    "What is the capital of France?",
-    "Write a haiku about the sea.",
-    "Explain photosynthesis to a child.",
-    "List three uses of a paperclip.",
-    "Why is the sky blue?",
-    "Give me a recipe for pancakes.",
-    "What is a prime number?",
-    "Describe a cat in two sentences.",
-    "How do airplanes fly?",
-    "Tell me a fun fact about octopuses.",
-    "What does a compiler do?",
-    "Summarise the plot of Cinderella.",
-    "How many legs does a spider have?",
-    "Suggest a name for a bakery.",
-    "What is the boiling point of water?",
-    "Translate 'good morning' into Spanish.",
-]
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+STEP_TOKENS = 512
 
 
-@dataclass
-class Row:
-    system: str
-    streams: int
-    new_tokens: int
-    seconds: float
-    tokens_per_s: float
-    ttft_p50_ms: float | None = None
-    ttft_p95_ms: float | None = None
-    itl_p50_ms: float | None = None
-    itl_p99_ms: float | None = None
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, chart to results/")
+    parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16, every peer")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--naive-max-streams", type=int, default=1, help="its cost is quadratic")
+    parser.add_argument("--mean-gap", type=float, default=0.5, help="Poisson mean gap, seconds")
+    parser.add_argument("--lecture-lengths", type=int, nargs="+", default=[20, 100])
+    parser.add_argument("--itl-tokens", type=int, default=512)
+    parser.add_argument("--long-prompt", type=int, default=2000)
+    parser.add_argument("--chart", type=Path, default=ROOT / "docs" / "lecture-itl.png")
+    args = parser.parse_args()
+    if args.quick:
+        args.streams, args.new_tokens, args.naive_max_streams = [1, 8], 8, 1
+        args.lecture_lengths, args.itl_tokens, args.long_prompt = [8, 20], 64, 600
+        args.chart = RESULTS / "lecture-itl-quick.png"
+    return args
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
-def prompts_for(tokenizer, n: int) -> list[list[int]]:
-    texts = [PROMPTS[i % len(PROMPTS)] for i in range(n)]
-    return [chat_prompt_ids(tokenizer, [{"role": "user", "content": t}]) for t in texts]
-
-
-def run_hf(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> Row:
-    """One static batch through `model.generate`, left-padded."""
-    width = max(len(p) for p in prompts)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    started = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-            pad_token_id=pad,
-        )
-    seconds = time.perf_counter() - started
-    generated = (out.shape[1] - width) * len(prompts)
-    return Row("hf_generate_static", len(prompts), new_tokens, seconds, generated / seconds)
-
-
-def run_engine(engine: Engine, prompts: list[list[int]], new_tokens: int) -> Row:
-    """All requests submitted at once; TTFT and ITL from the events' arrival times."""
-    params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
-    stamps: dict[str, list[float]] = {}
-    done = threading.Semaphore(0)
-
-    def recorder(key: str):
-        def on_event(event: EngineEvent) -> None:
-            if event.token_id is not None:
-                stamps[key].append(time.perf_counter())
-            if event.is_finished:
-                done.release()
-
-        return on_event
-
-    started = time.perf_counter()
-    for i, prompt in enumerate(prompts):
-        stamps[str(i)] = []
-        engine.submit(prompt, params, on_event=recorder(str(i)))
-    for _ in prompts:
-        done.acquire()
-    seconds = time.perf_counter() - started
-    ttfts = [s[0] - started for s in stamps.values()]
-    itls = [b - a for s in stamps.values() for a, b in zip(s, s[1:], strict=False)]
-    generated = sum(len(s) for s in stamps.values())
-    return Row(
-        "tandem_engine",
-        len(prompts),
-        new_tokens,
-        seconds,
-        generated / seconds,
-        ttft_p50_ms=1000 * statistics.median(ttfts),
-        ttft_p95_ms=1000 * percentile(ttfts, 0.95),
-        itl_p50_ms=1000 * statistics.median(itls),
-        itl_p99_ms=1000 * percentile(itls, 0.99),
+def machine() -> dict[str, object]:
+    """What the figures were measured on."""
+    model_name = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
     )
+    return {
+        "cpu": model_name,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "load_average_start": os.getloadavg(),
+    }
 
 
-def fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+def peer_rows(args, model, tokenizer, tandem: TandemPeer) -> list[Figures]:
+    """Every peer at every streams level (burst), then the continuous ones with arrivals."""
+    rows: list[Figures] = []
+    n_tokens = args.new_tokens
+
+    def add(system: str, arrivals: str, run: PeerRun) -> None:
+        rows.append(summarise(system, arrivals, n_tokens, run))
+        print(report.figures_table(rows[-1:]).splitlines()[1], flush=True)
+
+    for n in args.streams:
+        prompts, texts = chat_prompts(tokenizer, n), chat_texts(tokenizer, n)
+        if n <= args.naive_max_streams:
+            add("naive", "burst", naive.run(model, tokenizer, texts, n_tokens))
+        add("kv_loop", "burst", kv_loop.run(model, tokenizer, texts, n_tokens))
+        add("hf_static", "burst", hf_static.run(model, tokenizer, prompts, n_tokens))
+        add(
+            "hf_generate_batch",
+            "burst",
+            hf_generate_batch.run_burst(model, tokenizer, prompts, n_tokens, STEP_TOKENS),
+        )
+        add(report.TANDEM, "burst", tandem.run(prompts, burst(n), n_tokens))
+    for n in (n for n in args.streams if n > 1):
+        prompts, offsets = chat_prompts(tokenizer, n), poisson(n, args.mean_gap)
+        add(
+            "hf_generate_batch",
+            "poisson",
+            hf_generate_batch.run_arrivals(
+                model, tokenizer, prompts, offsets, n_tokens, STEP_TOKENS
+            ),
+        )
+        add(report.TANDEM, "poisson", tandem.run(prompts, offsets, n_tokens))
+    return rows
+
+
+def warm_up(model, tokenizer, tandem: TandemPeer) -> None:
+    """One tiny run of each peer, so first-call costs do not land in a measurement."""
+    prompts, texts = chat_prompts(tokenizer, 2), chat_texts(tokenizer, 2)
+    naive.run(model, tokenizer, texts, 2)
+    kv_loop.run(model, tokenizer, texts, 2)
+    hf_static.run(model, tokenizer, prompts, 2)
+    hf_generate_batch.run_burst(model, tokenizer, prompts, 2, STEP_TOKENS)
+    tandem.run(prompts, burst(2), 2)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--streams", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--model", default=None)
-    args = parser.parse_args()
-
+    args = parse()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     loaded = loading.load(args.model, args.dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
-    print(
-        f"model {loaded.name}  dtype {loaded.dtype}  device {loaded.device}  "
-        f"threads {torch.get_num_threads()}"
-    )
-    engine = Engine(model, tokenizer, EngineConfig(max_running=max(args.streams))).start()
-    warm = prompts_for(tokenizer, 2)
-    run_hf(model, tokenizer, warm, 4)
-    run_engine(engine, warm, 4)
+    info = machine()
+    print(f"model {loaded.name}  dtype {loaded.dtype}  {info}", flush=True)
+    config = EngineConfig(max_running=max(32, *args.streams), max_step_tokens=STEP_TOKENS)
+    tandem = TandemPeer(model, tokenizer, config)
+    warm_up(model, tokenizer, tandem)
 
-    rows: list[Row] = []
-    for n in args.streams:
-        prompts = prompts_for(tokenizer, n)
-        rows.append(run_hf(model, tokenizer, prompts, args.new_tokens))
-        rows.append(run_engine(engine, prompts, args.new_tokens))
-    engine.shutdown()
+    print("\n== peers ==", flush=True)
+    print(report.figures_table([]), flush=True)
+    rows = peer_rows(args, model, tokenizer, tandem)
 
-    header = f"{'system':<20} {'streams':>7} {'tok/s':>8} {'wall s':>7} {'TTFT p50/p95 ms':>16} "
-    print(header + f"{'ITL p50/p99 ms':>15}")
-    for row in rows:
-        print(
-            f"{row.system:<20} {row.streams:>7} {row.tokens_per_s:>8.1f} {row.seconds:>7.2f} "
-            f"{fmt(row.ttft_p50_ms) + '/' + fmt(row.ttft_p95_ms):>16} "
-            f"{fmt(row.itl_p50_ms) + '/' + fmt(row.itl_p99_ms):>15}"
+    print("\n== bare-forward ceiling ==", flush=True)
+    ceilings = {n: ceiling.tokens_per_s(model, n) for n in args.streams}
+    for n, value in ceilings.items():
+        print(f"batch {n:>3} x 1 token: {value:8.1f} tok/s ({1000 * n / value:.1f} ms/forward)")
+
+    print(f"\n== ITL flatness: one stream, {args.itl_tokens} tokens ==", flush=True)
+    long_run = tandem.run(chat_prompts(tokenizer, 1), burst(1), args.itl_tokens)
+    itl_ratio = quarter_ratio(long_run.traces[0].gaps)
+    print(f"ITL last quarter / first quarter (medians): {itl_ratio:.3f}")
+
+    print("\n== head of line ==", flush=True)
+    hol = head_of_line.run(tandem, tokenizer, chat_prompts(tokenizer, 16), args.long_prompt)
+    for key, value in asdict(hol).items():
+        print(f"{key:<22} {value:10.1f}")
+    tandem.shutdown()
+
+    print("\n== the lecture's table ==", flush=True)
+    lecture_rows, curves = lecture.run(model, tokenizer, args.lecture_lengths)
+    print(f"{'new':>4} {'cache':>5} {'fed':>6} {'seconds':>8} {'ITL q1/q4 ms':>14}  same text")
+    for row in lecture_rows:
+        twin = next(
+            r for r in lecture_rows if r.new_tokens == row.new_tokens and r.cache != row.cache
         )
-    for n in args.streams:
-        hf, ours = (r for r in rows if r.streams == n)
-        print(f"ratio tandem/hf at {n} streams: {ours.tokens_per_s / hf.tokens_per_s:.2f}x")
+        print(
+            f"{row.new_tokens:>4} {'yes' if row.cache else 'no':>5} {row.tokens_fed:>6} "
+            f"{row.seconds:>8.2f} {row.itl_first_quarter_ms:>6.1f}/{row.itl_last_quarter_ms:<7.1f}"
+            f"  {row.text == twin.text}"
+        )
+    args.chart.parent.mkdir(parents=True, exist_ok=True)
+    lecture.plot(
+        curves,
+        args.chart,
+        f"SmolLM2-135M, {loaded.dtype}: ITL by token, one stream".replace("torch.", ""),
+    )
+    print(f"chart: {args.chart}")
+
+    print("\n== ratios: tandem tok/s over each peer ==")
+    rates = report.ratios(rows)
+    for key, value in rates.items():
+        print(f"{key:<50} {value:6.2f}x")
+    goals = report.targets(rows, ceilings, itl_ratio, hol.loaded_over_idle)
+    print("\n== targets ==\n" + report.targets_table(goals))
+
+    info["load_average_end"] = os.getloadavg()
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"engine-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(
-        json.dumps({"model": loaded.describe(), "rows": [asdict(r) for r in rows]}, indent=2)
-    )
+    payload = {
+        "machine": info,
+        "model": loaded.describe(),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "peers": [asdict(r) for r in rows],
+        "ratios": rates,
+        "ceiling_tokens_per_s": ceilings,
+        "itl_last_over_first_quarter": itl_ratio,
+        "head_of_line": asdict(hol),
+        "lecture": [asdict(r) for r in lecture_rows],
+        "lecture_curves_ms": curves,
+        "targets": [asdict(t) | {"met": t.met} for t in goals],
+    }
+    out.write_text(json.dumps(payload, indent=2))
+    print(f"\nload average {info['load_average_start']} -> {info['load_average_end']}")
     print(f"wrote {out}")
 
 

@@ -7,3 +7,10 @@ class ChatConfig(AppConfig):
     """Conversations, turns and their live updates."""
 
     name = "chat"
+
+    def ready(self) -> None:
+        from prometheus_client import REGISTRY
+
+        from chat.metrics import ChatMediaCollector
+
+        REGISTRY.register(ChatMediaCollector())  # /metrics reads it from Redis when scraped

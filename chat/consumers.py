@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
@@ -13,6 +14,7 @@ from chat.snapshot import conversation_snapshot
 
 UNAUTHENTICATED = 4401
 NOT_FOUND = 4404
+log = logging.getLogger(__name__)
 
 
 class EchoConsumer(AsyncJsonWebsocketConsumer):
@@ -63,6 +65,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         self.group = group_name(self.conversation_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        log.info("websocket joined conversation %s", self.conversation_id)
         messages = await database_sync_to_async(conversation_snapshot)(self.conversation_id)
         self.seen = {p["id"]: p["seq"] for m in messages for p in m["parts"]}
         await self.send_event({"type": "snapshot", "messages": messages})
@@ -75,7 +78,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         """Clients only listen; anything they send is answered with an error, not a crash."""
         try:
             frame = json.loads(text_data or "")
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):  # deep nesting exhausts the parser
             await self.send_event({"type": "error", "error": "Frames must be JSON."})
             return
         if isinstance(frame, dict) and frame.get("type") == "ping":

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 
-from asgiref.sync import async_to_sync
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from redis.exceptions import RedisError
 
+from chat import layer_sender
 from chat.models import Part
 from chat.states import message_status
 
@@ -50,7 +50,7 @@ def send(conversation_id: int, event: dict) -> None:
     that missed the event gets it from the saved state when it reconnects.
     """
     try:
-        async_to_sync(get_channel_layer().group_send)(group_name(conversation_id), event)
+        layer_sender.run(get_channel_layer().group_send(group_name(conversation_id), event))
     except (RedisError, OSError, ChannelFull):  # a time limit or a bug still propagates
         log.warning(
             "could not send %s to conversation %s",
@@ -68,11 +68,15 @@ def message_state_event(message_id: int, states: list[str]) -> dict:
     return {"type": "message.state", "message_id": message_id, "status": message_status(states)}
 
 
-def delta_event(part: Part, seq: int, text: str) -> dict:
-    return {
+def delta_event(part: Part, seq: int, text: str, emitted: float | None = None) -> dict:
+    """A text piece; `t` is when the engine emitted it (time.time()), for bench/stream.py."""
+    event = {
         "type": "part.delta",
         "part_id": part.pk,
         "message_id": part.message_id,
         "seq": seq,
         "text": text,
     }
+    if emitted is not None:
+        event["t"] = emitted
+    return event

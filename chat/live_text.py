@@ -9,6 +9,7 @@ into the database, and a reconnecting client then gets the last saved text.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import redis
@@ -20,7 +21,13 @@ TTL_AFTER_FINISH = 3600
 
 
 def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    return _client_for(settings.REDIS_URL)
+
+
+@functools.cache
+def _client_for(url: str) -> redis.Redis:
+    """One client (and connection pool) per URL: a new one per delta cost a connection each."""
+    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
 def _quietly(action: str, part_id: int, call) -> object:

@@ -107,6 +107,12 @@ class Part(models.Model):
         ordering = ["message", "index"]
         constraints = [models.UniqueConstraint(fields=["message", "index"], name="part_index")]
         indexes = [models.Index(fields=["kind", "state"])]
+        # The admin's actions on parts; each goes through the same service as the chat UI.
+        permissions = [
+            ("retry_image", "Can retry a failed or cancelled image"),
+            ("cancel_generation", "Can cancel a part's generation"),
+            ("mark_failed", "Can mark an unfinished part failed"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} part {self.index} of message {self.message_id} ({self.state})"

@@ -6,6 +6,7 @@ Views, consumers, Celery tasks and admin actions stay thin and call these functi
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from typing import TYPE_CHECKING
 
@@ -13,26 +14,38 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from chat import events, heartbeat, history, live_text
+from chat import events, heartbeat, history, live_text, metrics
 from chat.models import Conversation, Message, Part
-from chat.states import can_transition
+from chat.states import TERMINAL, can_transition
+from config.logging import bind as bind_log_ids
+from config.logging import bound as log_ids_scope
 
 if TYPE_CHECKING:  # the engine (torch) is imported lazily: Celery workers never need it
     from inference.engine import Engine
 
 log = logging.getLogger(__name__)
+# Turns of this process are admitted one at a time, from the limit checks until the text is in
+# the engine's queue: concurrent requests would otherwise all pass the checks at once (200 at
+# once let 112 through a per-user limit of 3 and past the engine's waiting places).
+ADMISSION = threading.Lock()
 
 
-def part_transition(part_id: int, target: str, **fields) -> Part | None:
+def part_transition(
+    part_id: int, target: str, *, expect: str | None = None, **fields
+) -> Part | None:
     """Move a part to `target` if its state machine allows it, saving `fields` with it.
 
     The row is locked for the check, so two concurrent callers (a redelivered task, a sweeper,
-    a user's retry) never both win: the loser gets None and changes nothing. After commit the
-    new part state and the message's derived status go to the browser.
+    a user's retry) never both win: the loser gets None and changes nothing. `expect` makes
+    the move conditional on the state the caller saw, for moves like running → running that
+    two callers could otherwise both make. After commit the new part state and the message's
+    derived status go to the browser.
     """
     with transaction.atomic():
         part = Part.objects.select_for_update().filter(pk=part_id).first()
         if part is None or not can_transition(part.kind, part.state, target):
+            return None
+        if expect is not None and part.state != expect:
             return None
         previous = part.state
         part.state = target
@@ -40,7 +53,10 @@ def part_transition(part_id: int, target: str, **fields) -> Part | None:
             setattr(part, name, value)
         part.save()
         transaction.on_commit(lambda: announce(part))
-    log.info("part %s %s: %s -> %s", part.pk, part.kind, previous, target)
+        if target in TERMINAL:
+            transaction.on_commit(lambda: metrics.part_finished(part))
+    ids = {"part_id": part.pk, "message_id": part.message_id}
+    log.info("part %s %s: %s -> %s", part.pk, part.kind, previous, target, extra=ids)
     return part
 
 
@@ -116,8 +132,9 @@ def turn_create(user, conversation: Conversation, text: str, wants_image: bool) 
     neither can race ahead of rows that do not exist yet.
     """
     text = text.strip()
-    engine = check_turn(user, text)
-    with transaction.atomic():
+    check_turn(user, text)  # the common refusals, before queueing for the admission lock
+    with log_ids_scope(), ADMISSION, transaction.atomic():
+        engine = check_turn(user, text)  # again: no other turn of this process is half-way now
         conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
         position = conversation.messages.count()
         Message.objects.create(
@@ -133,6 +150,7 @@ def turn_create(user, conversation: Conversation, text: str, wants_image: bool) 
             position=position + 1,
             wants_image=wants_image,
         )
+        bind_log_ids(message_id=reply.pk)  # until the scope ends, after the parts started
         now = timezone.now()
         text_part = Part.objects.create(message=reply, index=0, kind=Part.Kind.TEXT, queued_at=now)
         parts = [text_part]
@@ -148,6 +166,9 @@ def turn_create(user, conversation: Conversation, text: str, wants_image: bool) 
             from media.services import image_enqueue
 
             transaction.on_commit(lambda: image_enqueue(parts[1]))
+        transaction.on_commit(lambda: metrics.turn_created(wants_image))
+    ids = {"message_id": reply.pk}
+    log.info("turn: reply %s with parts %s", reply.pk, [part.pk for part in parts], extra=ids)
     return reply
 
 
@@ -222,3 +243,32 @@ def message_stop(message: Message) -> None:
         from media.services import image_cancel
 
         image_cancel(part)
+
+
+def part_mark_failed(part: Part, reason: str) -> Part | None:
+    """An operator's verdict on a part that will not finish by itself: fail it now.
+
+    A text part keeps the text its browser was shown (the saved text plus the live tail),
+    and a streaming one also has its engine request cancelled in this process, so the engine
+    stops spending steps on it; the stream's own final move is then refused by the state
+    machine. A running image's worker stops at its next progress report. Returns None when
+    the part had already finished.
+    """
+    fields: dict = {"error": reason, "finished_at": timezone.now()}
+    if part.kind == Part.Kind.TEXT:
+        from media.sweeper import streamed_text
+
+        current = Part.objects.filter(pk=part.pk).first()
+        if current is not None:
+            fields["text"], fields["seq"] = streamed_text(current)
+    failed = part_transition(part.pk, Part.State.FAILED, **fields)
+    if failed is None:
+        return None
+    if failed.kind == Part.Kind.TEXT and failed.engine_request_id:
+        from inference.runtime import model_runtime
+
+        engine = model_runtime.engine
+        if engine is not None:
+            engine.cancel(failed.engine_request_id)
+        live_text.expire(failed.pk)
+    return failed

@@ -88,6 +88,7 @@ async def events(request: HttpRequest, message_id: int) -> HttpResponse:
                 except TimeoutError:
                     yield b": keepalive\n\n"
                     continue
+                event = dict(event)  # channels-redis hands one dict to every local receiver
                 kind = event.pop("type")
                 if kind == "part.delta" and event["message_id"] == message_id:
                     if event["seq"] > seen.get(event["part_id"], 0):

@@ -8,6 +8,7 @@ tail in Redis, broadcasts `part.delta`, saves the text at most every SAVE_INTERV
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
@@ -19,6 +20,7 @@ from django.utils import timezone
 
 from chat import events, live_text, services
 from chat.models import Part
+from config.logging import bind as bind_log_ids
 from inference.engine import EngineEvent, FinishReason
 
 log = logging.getLogger(__name__)
@@ -49,16 +51,25 @@ class TextStreamWriter:
     """Drains engine events for every streaming text part of this process."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[int, EngineEvent]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[int, EngineEvent, float, contextvars.Context]] = (
+            queue.SimpleQueue()
+        )
         self._live: dict[int, LivePart] = {}
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def callback(self, part_id: int):
-        """The engine's on_event for one part: enqueue and return at once."""
+        """The engine's on_event for one part: enqueue with the emission time, return at once.
+
+        The caller's logging ids (its request and message) are copied, with the part's id
+        added, and the writer handles each of the part's events inside that copy: a thread
+        does not inherit context variables by itself.
+        """
+        context = contextvars.copy_context()
+        context.run(bind_log_ids, part_id=part_id)
 
         def on_event(event: EngineEvent) -> None:
-            self._queue.put((part_id, event))
+            self._queue.put((part_id, event, time.time(), context))
 
         return on_event
 
@@ -70,11 +81,11 @@ class TextStreamWriter:
 
     def _run(self) -> None:
         while True:
-            part_id, event = self._queue.get()
+            part_id, event, emitted, context = self._queue.get()
             try:
-                self._handle(part_id, event)
+                context.run(self._handle, part_id, event, emitted)
             except Exception:  # one bad part must not stop everyone else's text
-                log.exception("text writer failed on part %s", part_id)
+                log.exception("text writer failed on part %s", part_id, extra={"part_id": part_id})
             finally:
                 close_old_connections()
 
@@ -88,7 +99,7 @@ class TextStreamWriter:
             self._live[part_id] = live
         return live
 
-    def _handle(self, part_id: int, event: EngineEvent) -> None:
+    def _handle(self, part_id: int, event: EngineEvent, emitted: float) -> None:
         live = self._live_part(part_id)
         if live is None:
             return
@@ -98,7 +109,8 @@ class TextStreamWriter:
             live.seq += 1
             live.text += event.text
             live_text.append(part_id, event.text)
-            events.send(live.conversation_id, events.delta_event(live.part, live.seq, event.text))
+            delta = events.delta_event(live.part, live.seq, event.text, emitted)
+            events.send(live.conversation_id, delta)
         if event.is_finished:
             self._finish(live, event)
         elif time.monotonic() - live.saved_at >= SAVE_INTERVAL and live.seq != live.saved_seq:

@@ -18,6 +18,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from chat import heartbeat  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
+from config.request_id import RequestIdASGIMiddleware  # noqa: E402
 from inference import runtime  # noqa: E402
 
 runtime.start_background_load()
@@ -25,9 +26,9 @@ heartbeat.start()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        "http": RequestIdASGIMiddleware(django_asgi_app),
+        "websocket": RequestIdASGIMiddleware(
+            AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

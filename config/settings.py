@@ -53,6 +53,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -88,6 +89,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # (they are handed its path); one per test run, so concurrent runs never collide.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-tandem-{os.getpid()}.sqlite3")}
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # Concurrent requests each write in their own thread: a transaction that began as a reader
+    # and then writes fails at once with "database is locked" (no waiting, SQLite's deadlock
+    # rule). Taking the write lock at BEGIN makes it wait for the timeout instead.
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
+    # WAL: readers (sessions, snapshots) never block the one writer, nor it them.
+    DATABASES["default"]["OPTIONS"]["init_command"] = "PRAGMA journal_mode=WAL;"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -131,6 +138,9 @@ CHANNEL_LAYERS = {
             # made an idle receive() fail; give the socket room above it.
             "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
             "prefix": env_str("TANDEM_CHANNEL_PREFIX", "tandem"),
+            # channels-redis drops messages for a reader past `capacity` (default 100); a busy
+            # reply read by many clients of one process needs more room (docs/benchmarks.md).
+            "capacity": env_int("TANDEM_CHANNEL_CAPACITY", 1000),
         },
     }
 }
@@ -160,6 +170,8 @@ TANDEM_IMAGE_RETRY_BACKOFF_MAX = env_float("TANDEM_IMAGE_RETRY_BACKOFF_MAX", 30.
 TANDEM_SWEEP_INTERVAL = env_int("TANDEM_SWEEP_INTERVAL", 15)
 TANDEM_QUEUED_STALE_AFTER = env_int("TANDEM_QUEUED_STALE_AFTER", 60)
 TANDEM_RUNNING_GRACE = env_int("TANDEM_RUNNING_GRACE", 120)
+# The admin's "stuck" filter: parts not final this many seconds after they were queued.
+TANDEM_STUCK_AFTER = env_int("TANDEM_STUCK_AFTER", 300)
 
 # Celery reads every CELERY_* setting (namespace CELERY in config/celery.py).
 CELERY_BROKER_URL = REDIS_URL
@@ -200,6 +212,12 @@ TANDEM_MODEL = env_str("TANDEM_MODEL", "smollm2-135m-instruct")
 TANDEM_DTYPE = env_str("TANDEM_DTYPE", "auto")
 TANDEM_LOAD_MODEL = env_bool("TANDEM_LOAD_MODEL", True)
 TANDEM_HEALTH_TIMEOUT = env_float("TANDEM_HEALTH_TIMEOUT", 1.0)
+# Benchmarks only: `synthetic` swaps the model for a paced stand-in (inference/synthetic.py) so
+# bench/stream.py measures the streaming path rather than the model.
+TANDEM_ENGINE_SOURCE = env_str("TANDEM_ENGINE_SOURCE", "model")
+if TANDEM_ENGINE_SOURCE not in ("model", "synthetic"):
+    raise ImproperlyConfigured("TANDEM_ENGINE_SOURCE must be model or synthetic.")
+TANDEM_SYNTHETIC_TOKENS_PER_S = env_float("TANDEM_SYNTHETIC_TOKENS_PER_S", 20.0)
 # The engine's capacity: sequences decoded together, requests allowed to wait, tokens fed per
 # step (bounds how long one step, and so everyone's next token, can take), and the longest
 # sequence a KV slot holds (the model's context window caps it too).
@@ -230,10 +248,37 @@ if not DEBUG:
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+# One line per event with the request, message, part and task ids (config/logging.py): JSON
+# for a log pipeline in production, readable text in development.
+TANDEM_LOG_FORMAT = env_str("TANDEM_LOG_FORMAT", "plain" if DEBUG else "json")
+if TANDEM_LOG_FORMAT not in ("json", "plain"):
+    raise ImproperlyConfigured(
+        f"TANDEM_LOG_FORMAT must be json or plain, not {TANDEM_LOG_FORMAT!r}."
+    )
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"ids": {"()": "config.logging.ContextFilter"}},
+    "formatters": {
+        "plain": {
+            "()": "config.logging.PlainFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(levelname)s %(name)s %(process)d %(message)s",
+            "rename_fields": {"levelname": "level", "name": "logger", "process": "pid"},
+            "timestamp": "time",
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": TANDEM_LOG_FORMAT,
+            "filters": ["ids"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    # Django's own console handler would print its lines a second time, unformatted.
+    "loggers": {"django": {"handlers": [], "level": LOG_LEVEL}},
 }

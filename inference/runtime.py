@@ -14,6 +14,7 @@ from django.conf import settings
 
 from inference import loading
 from inference.engine import Engine, EngineConfig
+from inference.engine.model_runner import ModelRunner
 from inference.errors import ModelUnavailable
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,15 @@ def engine_config() -> EngineConfig:
         max_step_tokens=settings.TANDEM_MAX_STEP_TOKENS,
         max_seq_len=settings.TANDEM_MAX_SEQ_LEN,
     )
+
+
+def load_source() -> tuple[loading.LoadedModel, ModelRunner | None]:
+    """The model, or (TANDEM_ENGINE_SOURCE=synthetic, benchmarks only) a paced stand-in."""
+    if settings.TANDEM_ENGINE_SOURCE == "synthetic":
+        from inference import synthetic
+
+        return synthetic.load(settings.TANDEM_MODEL, settings.TANDEM_SYNTHETIC_TOKENS_PER_S)
+    return loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE), None
 
 
 @dataclass
@@ -54,11 +64,13 @@ class ModelRuntime:
 
     def _load(self) -> None:
         from inference.metrics import PrometheusObserver
+        from inference.recent_stats import ObserverChain, recent_stats
 
         try:
-            loaded = loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE)
+            loaded, runner = load_source()
+            observer = ObserverChain(PrometheusObserver(), recent_stats)
             engine = Engine(
-                loaded.model, loaded.tokenizer, engine_config(), observer=PrometheusObserver()
+                loaded.model, loaded.tokenizer, engine_config(), observer=observer, runner=runner
             ).start()
         except (ModelUnavailable, ValueError) as exc:
             self._fail(str(exc))

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from inference import metrics_view, openai_views, tgi_views
+from inference import metrics_view, openai_views, openapi, tgi_views
 
 urlpatterns = [
     path("generate", tgi_views.generate, name="tgi-generate"),
@@ -11,4 +11,5 @@ urlpatterns = [
     path("v1/completions", openai_views.completions, name="openai-completions"),
     path("v1/models", openai_views.models, name="openai-models"),
     path("metrics", metrics_view.metrics, name="metrics"),
+    path("openapi.json", openapi.openapi_json, name="openapi"),
 ]

@@ -21,7 +21,7 @@ from django.core.files.base import ContentFile
 from django.db import DatabaseError
 from django.utils import timezone
 
-from chat import events
+from chat import events, metrics
 from chat.models import Part
 from chat.services import part_transition
 from chat.states import TERMINAL
@@ -109,10 +109,22 @@ def render(part_id: int, *, task_id: str, retries: int, redelivered: bool) -> Re
             fail(part_id, "Failed: the worker drawing this image died every time it tried.")
             return None
     running = part_transition(
-        part_id, Part.State.RUNNING, started_at=timezone.now(), progress=0.0, error=""
+        part_id,
+        Part.State.RUNNING,
+        expect=part.state,
+        started_at=timezone.now(),
+        progress=0.0,
+        error="",
     )
     if running is None:
+        log.info(
+            "task %s: image part %s is already taken by another delivery; nothing to do",
+            task_id,
+            part_id,
+        )
         return None
+    if redelivered and part.state == Part.State.RUNNING:
+        metrics.image_retried("redelivered")
     prompt = image_prompt(running)
     try:
         png = configured_backend().render(
@@ -128,6 +140,7 @@ def render(part_id: int, *, task_id: str, retries: int, redelivered: bool) -> Re
             tries = retries + 1
             fail(part_id, f"Failed after {tries} {'try' if tries == 1 else 'tries'}: {exc}")
         else:
+            metrics.image_retried("transient")
             return Retry(countdown=backoff(retries), error=exc)
     except PermanentImageError as exc:
         fail(part_id, f"Failed: {exc}")

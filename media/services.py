@@ -13,8 +13,10 @@ import uuid
 from django.db import transaction
 from django.utils import timezone
 
+from chat import metrics
 from chat.models import Message, Part
 from chat.services import part_transition
+from config.logging import bound
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,8 @@ def image_send(part_id: int) -> bool:
     if not recorded:
         return False
     try:
-        render_image.apply_async(args=[part_id], task_id=task_id, retry_policy=PUBLISH_RETRY)
+        with bound(part_id=part_id):  # sent with the task, so the worker's lines carry it
+            render_image.apply_async(args=[part_id], task_id=task_id, retry_policy=PUBLISH_RETRY)
     except Exception:  # the broker is down or refused: the sweeper will send it again
         log.warning(
             "could not send image part %s to the queue; the sweeper will retry it",
@@ -65,7 +68,8 @@ def image_send(part_id: int) -> bool:
             exc_info=True,
         )
         return False
-    log.info("image part %s sent as task %s", part_id, task_id)
+    ids = {"part_id": part_id, "task_id": task_id}
+    log.info("image part %s sent as task %s", part_id, task_id, extra=ids)
     return True
 
 
@@ -95,6 +99,7 @@ def image_retry(part: Part) -> Part | None:
     )
     if retried is None:
         return None
+    transaction.on_commit(lambda: metrics.image_retried("user"))
     if old_image:
         transaction.on_commit(lambda: retried.image.storage.delete(old_image))
     transaction.on_commit(lambda: image_enqueue(retried))

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from chat import heartbeat, live_text
+from chat import heartbeat, live_text, metrics
 from chat.models import Part
 from chat.services import part_transition
 from media.models import SweeperAction
@@ -39,8 +39,10 @@ def sweep() -> list[SweeperAction]:
 
 
 def record(action: str, part: Part, detail: str) -> SweeperAction:
-    log.warning("sweeper %s part %s: %s", action, part.pk, detail)
-    return SweeperAction.objects.create(action=action, part=part, detail=detail)
+    log.warning("sweeper %s part %s: %s", action, part.pk, detail, extra={"part_id": part.pk})
+    recorded = SweeperAction.objects.create(action=action, part=part, detail=detail)
+    metrics.sweeper_action(action)
+    return recorded
 
 
 def requeue_stale_images(now: datetime) -> list[SweeperAction]:

@@ -45,11 +45,13 @@ def service_logs(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("service-logs")
 
 
-def start_daphne(name: str, log_dir: Path, **env: str) -> Daphne:
-    """Start Daphne on a free port against the test database and wait until it listens."""
-    port = free_port()
+def start_daphne(name: str, log_dir: Path, port: int | None = None, **env: str) -> Daphne:
+    """Start Daphne on `port` (a free one by default) against the test database; wait until
+    it listens. The same port again is a restart, as a browser's reconnect sees it."""
+    port = port or free_port()
     environment = child_env(DATABASE_URL=test_database_url(), **env)
-    argv = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
+    endpoint = f"tcp:port={port}:interface=127.0.0.1:backlog=1024"  # as the Procfile's
+    argv = [str(BIN / "daphne"), "-e", endpoint, "config.asgi:application"]
     service = Service(name, argv, environment, log_dir)
     try:
         wait_until(lambda: port_open(port) or not service.alive(), 60, f"{name} to listen")

@@ -375,7 +375,6 @@ class Engine:
         started = time.monotonic()
         try:
             logits = self.runner.forward(batch, self.cache)
-            logprobs = logits.log_softmax(-1)
             greedy_rows = [r for r, s in enumerate(batch.samplers) if s.sampler.plain_greedy]
             greedy = {}
             if greedy_rows:
@@ -386,14 +385,18 @@ class Engine:
             for seq in batch.sequences:
                 self._finish(seq, FinishReason.ERROR, error=_describe(exc))
             return
+        tokens: dict[int, int] = {}
         for row, seq in enumerate(batch.samplers):
             try:
-                token = greedy[row] if row in greedy else seq.sampler.sample(logits[row])
-                self._advance(seq, token, float(logprobs[row, token]))
+                tokens[row] = greedy[row] if row in greedy else seq.sampler.sample(logits[row])
             except Exception as exc:
-                logger.exception("Post-processing failed for request %s", seq.request_id)
-                if seq.status is not Status.FINISHED:
-                    self._finish(seq, FinishReason.ERROR, error=_describe(exc))
+                self._fail_row(seq, exc)
+        for row, logprob in zip(tokens, _chosen_logprobs(logits, tokens), strict=True):
+            seq = batch.samplers[row]
+            try:
+                self._advance(seq, tokens[row], logprob)
+            except Exception as exc:
+                self._fail_row(seq, exc)
         self._steps += 1
         self._tokens_generated += len(batch.samplers)
         self._prompt_tokens += batch.num_prefill_tokens
@@ -404,6 +407,12 @@ class Engine:
             batch.num_prefill_tokens,
             time.monotonic() - started,
         )
+
+    def _fail_row(self, seq: Sequence, exc: Exception) -> None:
+        """A fault in one row's sampling or post-processing fails that request only."""
+        logger.exception("Post-processing failed for request %s", seq.request_id)
+        if seq.status is not Status.FINISHED:
+            self._finish(seq, FinishReason.ERROR, error=_describe(exc))
 
     def _advance(self, seq: Sequence, token: int, logprob: float) -> None:
         """Append a sampled token, turn it into releasable text, and finish if it ends."""
@@ -509,6 +518,20 @@ class Engine:
         for seq in pending:
             if seq.status is not Status.FINISHED:
                 self._finish(seq, FinishReason.ERROR, error="The engine shut down.")
+
+
+def _chosen_logprobs(logits: torch.Tensor, tokens: dict[int, int]) -> list[float]:
+    """Log-probability of each chosen token under the raw logits, for all rows at once.
+
+    One logsumexp and one gather instead of a full [rows, vocab] log_softmax plus a tensor
+    index per row.
+    """
+    if not tokens:
+        return []
+    rows = torch.tensor(list(tokens), device=logits.device)
+    picked = torch.tensor(list(tokens.values()), device=logits.device)
+    chosen = logits[rows, picked] - logits[rows].logsumexp(-1)
+    return chosen.tolist()
 
 
 def _describe(exc: BaseException) -> str:

@@ -4,12 +4,14 @@ The runner reuses the HF model's own modules (norms, projections, MLP, rotary em
 lm_head), so weights, dtype and device are whatever the loaded model has; it replaces only
 the attention and cache plumbing. All tokens of a step (decode tokens and prefill chunks)
 go through the linear layers as one [tokens, hidden] matrix; attention is split: one
-batched grouped matmul over the compacted cache view for decode tokens, and one causal
-attention per prefill chunk. Logits are computed only for rows that pick a token.
+batched grouped matmul over the compacted cache view for decode tokens (long outliers
+gathered and attended apart), and one causal attention per prefill chunk. Logits are
+computed only for rows that pick a token.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -22,6 +24,24 @@ from inference.engine.kv_cache import KVCache, KVSpec
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
+LONG_ROW = 256
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeGroup:
+    """Decode rows attended together: through a cache view, or gathered by slot.
+
+    `rows` picks the group's rows among the step's decode rows (None: all, in order).
+    A view group reads K[:span, :, :longest], its rows sitting at `scatter` (None: 0..n-1);
+    a gather group reads the slots in `gather`. `mask` is True past each row's length.
+    """
+
+    rows: torch.Tensor | None
+    span: int
+    longest: int
+    mask: torch.Tensor
+    scatter: torch.Tensor | None
+    gather: torch.Tensor | None
 
 
 class ModelRunner(Protocol):
@@ -98,8 +118,8 @@ class LlamaRunner:
             slots.extend([chunk.slot] * len(chunk.token_ids))
             positions.extend(range(chunk.start, chunk.start + len(chunk.token_ids)))
         ids_t = torch.tensor(token_ids, device=device)
-        slots_t = torch.tensor(slots, device=device)
         positions_t = torch.tensor(positions, device=device)
+        cache_rows = self._cache_rows(slots, positions_t, cache.capacity)
 
         inner = self.model.model
         hidden = inner.embed_tokens(ids_t)
@@ -116,12 +136,12 @@ class LlamaRunner:
             v = attention.v_proj(x).view(-1, self.num_kv_heads, self.head_dim)
             q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
             keys, values = cache.keys(index), cache.values(index)
-            keys[slots_t, :, positions_t] = k
-            values[slots_t, :, positions_t] = v
+            keys.view(-1, self.head_dim).index_copy_(0, cache_rows, k.reshape(-1, self.head_dim))
+            values.view(-1, self.head_dim).index_copy_(0, cache_rows, v.reshape(-1, self.head_dim))
             parts = []
-            if decode is not None:
+            if decode:
                 parts.append(
-                    self._decode_attention(q[: len(batch.decode_slots)], keys, values, *decode)
+                    self._decode_attention(q[: len(batch.decode_slots)], keys, values, decode)
                 )
             offset = len(batch.decode_slots)
             for chunk, mask in zip(batch.chunks, chunk_masks, strict=True):
@@ -143,26 +163,74 @@ class LlamaRunner:
         picked = hidden[rows] if len(rows) != hidden.shape[0] else hidden
         return self.model.lm_head(inner.norm(picked)).float()
 
-    def _decode_plan(
-        self, batch: StepBatch, cache: KVCache
-    ) -> tuple[int, int, torch.Tensor, torch.Tensor | None] | None:
-        """The decode attention's view size, length mask and slot scatter (if not 0..n-1).
+    def _cache_rows(self, slots: list[int], positions: torch.Tensor, capacity: int) -> torch.Tensor:
+        """Row of every (token, kv head) in a layer's cache seen as [slots*heads*capacity, dim].
 
-        Decode slots are usually exactly 0..n-1; when a prefilling sequence sits among them,
-        the view spans it too and its row is computed and discarded (cheaper than a gather).
+        One `index_copy_` per layer then writes the step's K (or V): a plain row copy, where
+        indexing by (slot, position) pairs costs an index_put that was ~10% of a step.
+        """
+        device = self.kv_spec.device
+        heads = torch.arange(self.num_kv_heads, device=device)
+        slots_t = torch.tensor(slots, device=device)
+        base = (slots_t[:, None] * self.num_kv_heads + heads[None, :]) * capacity
+        return (base + positions[:, None]).reshape(-1)
+
+    def _decode_plan(self, batch: StepBatch, cache: KVCache) -> list[DecodeGroup]:
+        """How decode attention reads the cache: usually one view, split off long outliers.
+
+        Decode slots are usually exactly 0..n-1, read as the view K[:n, :, :longest]; when a
+        prefilling sequence sits among them, the view spans it too and its row is computed
+        and discarded (cheaper than a gather). A view is as long as its longest row, so one
+        2,000-token sequence would make 31 short ones attend over 2,000 masked positions:
+        rows longer than twice the median (and over LONG_ROW) are gathered and attended apart.
         """
         if not batch.decode_slots:
-            return None
+            return []
+        slots = batch.decode_slots
+        lengths = [max(cache.lengths[slot], 1) for slot in slots]
+        limit = max(LONG_ROW, 2 * sorted(lengths)[len(lengths) // 2])
+        long_rows = [row for row, length in enumerate(lengths) if length > limit]
+        if not long_rows:
+            return [self._view_group(None, slots, cache)]
+        long_set = set(long_rows)
+        short_rows = [row for row in range(len(slots)) if row not in long_set]
+        groups = [self._gather_group(long_rows, [slots[r] for r in long_rows], cache)]
+        if short_rows:
+            groups.append(self._view_group(short_rows, [slots[r] for r in short_rows], cache))
+        return groups
+
+    def _view_group(self, rows: list[int] | None, slots: list[int], cache: KVCache) -> DecodeGroup:
+        """Rows read through the view K[:span, :, :longest] (slots ascending)."""
         device = self.kv_spec.device
-        span = batch.decode_slots[-1] + 1
+        span = slots[-1] + 1
         lengths = [max(length, 1) for length in cache.lengths[:span]]
-        longest = max(lengths)
+        longest = max(max(cache.lengths[slot], 1) for slot in slots)
         lengths_t = torch.tensor(lengths, device=device)
         mask = torch.arange(longest, device=device)[None, :] >= lengths_t[:, None]
-        scatter = None
-        if span != len(batch.decode_slots):
-            scatter = torch.tensor(batch.decode_slots, device=device)
-        return span, longest, mask[:, None, None, :], scatter
+        scatter = None if span == len(slots) else torch.tensor(slots, device=device)
+        return DecodeGroup(
+            rows=None if rows is None else torch.tensor(rows, device=device),
+            span=span,
+            longest=longest,
+            mask=mask[:, None, None, :],
+            scatter=scatter,
+            gather=None,
+        )
+
+    def _gather_group(self, rows: list[int], slots: list[int], cache: KVCache) -> DecodeGroup:
+        """Rows whose K/V prefixes are gathered out of the cache (the long outliers)."""
+        device = self.kv_spec.device
+        lengths = torch.tensor([cache.lengths[slot] for slot in slots], device=device)
+        longest = int(lengths.max())
+        mask = torch.arange(longest, device=device)[None, :] >= lengths[:, None]
+        return DecodeGroup(
+            rows=torch.tensor(rows, device=device),
+            span=len(slots),
+            longest=longest,
+            mask=mask[:, None, None, :],
+            scatter=None,
+            gather=torch.tensor(slots, device=device),
+        )
 
     def _causal_mask(self, start: int, size: int) -> torch.Tensor:
         """True where a chunk query may not see a key: keys after the query's position."""
@@ -172,30 +240,37 @@ class LlamaRunner:
         return keys[None, :] > queries[:, None]
 
     def _decode_attention(
-        self,
-        q: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        span: int,
-        longest: int,
-        mask: torch.Tensor,
-        scatter: torch.Tensor | None,
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: list[DecodeGroup]
     ) -> torch.Tensor:
         """Grouped attention of one query per decode sequence over its cached keys."""
+        if len(plan) == 1 and plan[0].rows is None:
+            return self._attend_group(q, keys, values, plan[0])
+        out = q.new_empty(q.shape[0], self.num_heads * self.head_dim)
+        for group in plan:
+            out[group.rows] = self._attend_group(q[group.rows], keys, values, group)
+        return out
+
+    def _attend_group(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, group: DecodeGroup
+    ) -> torch.Tensor:
         n = q.shape[0]
         q = q.view(n, self.num_kv_heads, self.groups, self.head_dim)
-        if scatter is not None:
-            full = q.new_zeros(span, self.num_kv_heads, self.groups, self.head_dim)
-            full[scatter] = q
+        if group.scatter is not None:
+            full = q.new_zeros(group.span, self.num_kv_heads, self.groups, self.head_dim)
+            full[group.scatter] = q
             q = full
-        k = keys[:span, :, :longest]
-        v = values[:span, :, :longest]
+        if group.gather is not None:
+            k = keys[:, :, : group.longest].index_select(0, group.gather)
+            v = values[:, :, : group.longest].index_select(0, group.gather)
+        else:
+            k = keys[: group.span, :, : group.longest]
+            v = values[: group.span, :, : group.longest]
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling
-        scores = scores.masked_fill(mask, float("-inf"))
+        scores = scores.masked_fill(group.mask, float("-inf"))
         probs = scores.softmax(-1, dtype=torch.float32).to(v.dtype)
         out = torch.matmul(probs, v)
-        if scatter is not None:
-            out = out[scatter]
+        if group.scatter is not None:
+            out = out[group.scatter]
         return out.reshape(n, self.num_heads * self.head_dim)
 
     def _chunk_attention(

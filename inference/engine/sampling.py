@@ -100,7 +100,11 @@ class RequestSampler:
             logits = torch.where(self._seen, penalised, logits)
         if params.greedy:
             return logits
-        logits = logits / params.temperature
+        scaled = logits / params.temperature
+        if not torch.isfinite(scaled.max()):  # a tiny temperature or penalty overflowed
+            scaled = torch.full_like(logits, -math.inf)  # softmax would be NaN; the limit
+            scaled[logits.argmax()] = 0.0  # of temperature -> 0 is greedy
+        logits = scaled
         if 0 < params.top_k < logits.shape[-1]:
             kth = torch.topk(logits, params.top_k).values[-1]
             logits = logits.masked_fill(logits < kth, -math.inf)

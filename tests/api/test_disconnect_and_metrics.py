@@ -26,8 +26,9 @@ def test_disconnect_cancels_the_request(engine_server):
     assert response.status == 200
     received = 0
     while received < 3:
-        if response.fp.readline().startswith(b"data:"):
-            received += 1
+        line = response.fp.readline()
+        assert line, "the stream ended before three tokens"
+        received += line.startswith(b"data:")
     assert scrape_metric(engine_server, "tandem_engine_running_requests") == 1
     generated_at_close = scrape_metric(engine_server, "tandem_engine_generated_tokens_total")
     response.close()  # the socket stays open while the response holds it

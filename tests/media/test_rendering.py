@@ -78,6 +78,26 @@ def test_a_running_part_restarts_only_for_a_redelivery_or_a_retry(media_root):
     assert other.refresh().state == Part.State.SUCCEEDED
 
 
+def test_of_two_deliveries_that_both_saw_it_queued_only_one_draws(media_root, monkeypatch):
+    """Both copies of a duplicated message read "queued" before either moved it to running.
+
+    The interleaving cannot be timed for real, so the other delivery here takes the part
+    between this delivery's read and its own move.
+    """
+    turn = make_turn()
+    take = rendering.part_transition
+
+    def other_delivery_first(part_id, target, **fields):
+        take(part_id, Part.State.RUNNING, expect=Part.State.QUEUED, progress=0.3)
+        return take(part_id, target, **fields)
+
+    monkeypatch.setattr(rendering, "part_transition", other_delivery_first)
+    assert render(turn.image) is None
+    part = turn.refresh()
+    assert (part.state, part.progress) == (Part.State.RUNNING, 0.3)  # the other one's render
+    assert stored_images(media_root, part) == []
+
+
 def test_transient_errors_retry_with_backoff_until_the_limit(media_root, settings):
     settings.TANDEM_IMAGE_FAILURE_RATE = 1.0
     settings.TANDEM_IMAGE_MAX_RETRIES = 2

@@ -63,12 +63,17 @@ def scrape_metric(server, name: str) -> float:
 
 
 def open_long_stream(server, prompt: str, headers: dict | None = None):
-    """POST a 1000-token /generate_stream and leave it open; returns the connection."""
+    """POST a 1000-token /generate_stream and leave it open; returns the connection.
+
+    The prompt goes in SmolLM2's chat format: as bare text, greedy decoding in bfloat16 may
+    end on <|im_end|> at once, and the stream would not be long at all.
+    """
+    chat = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     conn.request(
         "POST",
         "/generate_stream",
-        body=json.dumps({"inputs": prompt, "parameters": {"max_new_tokens": 1000}}),
+        body=json.dumps({"inputs": chat, "parameters": {"max_new_tokens": 1000}}),
         headers={"Content-Type": "application/json", **(headers or {})},
     )
     return conn

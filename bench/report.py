@@ -1,0 +1,101 @@
+"""Printing the tables, the ratios of Tandem to each peer, and the targets met or missed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.stats import Figures
+
+TANDEM = "tandem"
+
+
+@dataclass
+class Target:
+    """One bar from the issue: a measured value against a threshold."""
+
+    name: str
+    value: float | None
+    threshold: float
+    higher_is_better: bool
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        if self.higher_is_better:
+            return self.value >= self.threshold
+        return self.value <= self.threshold
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def figures_table(rows: list[Figures]) -> str:
+    """The peers' table, one line per (system, streams, arrivals)."""
+    lines = [
+        f"{'system':<20} {'streams':>7} {'arrivals':>8} {'tok/s':>8} {'wall s':>7} "
+        f"{'TTFT p50/p95 ms':>17} {'ITL p50/p99 ms':>15} {'fed/tok':>8}"
+    ]
+    for r in rows:
+        lines.append(
+            f"{r.system:<20} {r.streams:>7} {r.arrivals:>8} {r.tokens_per_s:>8.1f} "
+            f"{r.seconds:>7.2f} {_fmt(r.ttft_p50_ms) + '/' + _fmt(r.ttft_p95_ms):>17} "
+            f"{_fmt(r.itl_p50_ms) + '/' + _fmt(r.itl_p99_ms):>15} {r.fed_per_token:>8.2f}"
+        )
+    return "\n".join(lines)
+
+
+def ratios(rows: list[Figures]) -> dict[str, float]:
+    """Tandem's tokens/s over each peer's, for the same streams and arrivals."""
+    ours = {(r.streams, r.arrivals): r for r in rows if r.system == TANDEM}
+    out = {}
+    for r in rows:
+        mine = ours.get((r.streams, r.arrivals))
+        if r.system != TANDEM and mine is not None:
+            out[f"{TANDEM}/{r.system}@{r.streams}/{r.arrivals}"] = (
+                mine.tokens_per_s / r.tokens_per_s
+            )
+    return out
+
+
+def find(rows: list[Figures], system: str, streams: int) -> Figures | None:
+    """The burst row of `system` at `streams`, if it ran."""
+    return next(
+        (r for r in rows if r.system == system and r.streams == streams and r.arrivals == "burst"),
+        None,
+    )
+
+
+def targets(
+    rows: list[Figures],
+    ceiling: dict[int, float],
+    itl_ratio: float | None,
+    ttft_ratio: float | None,
+) -> list[Target]:
+    """The issue's bars, evaluated on whatever ran (None where a figure is missing)."""
+    top = max((r.streams for r in rows), default=0)
+    ours, single = find(rows, TANDEM, top), find(rows, TANDEM, 1)
+    static, cb = find(rows, "hf_static", top), find(rows, "hf_generate_batch", top)
+
+    def over(a: Figures | None, b: float | None) -> float | None:
+        return None if a is None or not b else a.tokens_per_s / b
+
+    return [
+        Target(f"tandem/hf_static @{top}", over(ours, static and static.tokens_per_s), 1.5, True),
+        Target(f"tandem/generate_batch @{top}", over(ours, cb and cb.tokens_per_s), 6.0, True),
+        Target(f"tandem/bare-forward ceiling @{top}", over(ours, ceiling.get(top)), 0.75, True),
+        Target("tandem single stream tok/s", single and single.tokens_per_s, 60.0, True),
+        Target("ITL last/first quarter (1 stream)", itl_ratio, 1.1, False),
+        Target("TTFT under load / idle", ttft_ratio, 2.0, False),
+    ]
+
+
+def targets_table(items: list[Target]) -> str:
+    """One line per target: value, bar, met."""
+    lines = [f"{'target':<36} {'value':>8} {'bar':>8}  met"]
+    for t in items:
+        bar = ("≥ " if t.higher_is_better else "≤ ") + f"{t.threshold:g}"
+        met = {True: "yes", False: "NO", None: "-"}[t.met]
+        lines.append(f"{t.name:<36} {_fmt(t.value, 2):>8} {bar:>8}  {met}")
+    return "\n".join(lines)

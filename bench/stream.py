@@ -1,0 +1,173 @@
+"""The streaming path under many readers: chat WebSocket and per-message SSE against Daphne.
+
+    .venv/bin/python -m bench.stream --transport ws sse --clients 10 100 1000
+
+Each case starts its own Daphne (free port, the bench's SQLite database under var/bench/),
+starts one streaming reply per watched conversation over HTTP, connects N readers spread
+over those conversations (at most --connect-concurrency connecting at once), reads Daphne's
+RSS, records --window seconds of deltas, presses Stop on every reply and waits for every
+reader to see the end. Delay is the client's receive time minus `t`, the time the engine
+emitted the piece (same machine, same clock). The token source is the synthetic runner
+(--source synthetic, --rate tokens/s per reply) or the real model (--source model).
+Prints a Markdown table and writes var/bench/stream.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+MAX_NEW_TOKENS = 1800
+END_TIMEOUT = 60.0
+DATABASE = "stream.sqlite3"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--transport", nargs="+", choices=["ws", "sse"], default=["ws", "sse"])
+    parser.add_argument("--clients", nargs="+", type=int, default=[10, 100, 1000])
+    parser.add_argument("--conversations", type=int, default=10, help="replies streaming at once")
+    parser.add_argument("--source", choices=["synthetic", "model"], default="synthetic")
+    parser.add_argument("--rate", type=float, default=10.0, help="synthetic tokens/s per reply")
+    parser.add_argument("--window", type=float, default=10.0, help="seconds of deltas measured")
+    parser.add_argument("--connect-concurrency", type=int, default=16)
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="database, logs, stream.json (var/bench/)"
+    )
+    return parser.parse_args(argv)
+
+
+def setup_django(database: Path) -> None:
+    """Point this process's Django at the bench's own, fresh SQLite database."""
+    database.parent.mkdir(parents=True, exist_ok=True)
+    database.unlink(missing_ok=True)
+    os.environ["DATABASE_URL"] = f"sqlite:///{database}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from bench.stream_server import migrate
+
+    migrate()
+
+
+def raise_open_files_limit() -> None:
+    """A thousand sockets each side need more descriptors than the usual soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def server_env(args: argparse.Namespace) -> dict[str, str]:
+    env = {
+        "TANDEM_ENGINE_SOURCE": args.source,
+        "TANDEM_CHAT_MAX_NEW_TOKENS": str(MAX_NEW_TOKENS),
+        "TANDEM_MAX_RUNNING": str(max(32, args.conversations)),
+    }
+    if args.source == "synthetic":
+        env["TANDEM_SYNTHETIC_TOKENS_PER_S"] = str(args.rate)
+        # Greedy: the forced token wins either way, and top-p's sort of the whole vocabulary
+        # per row would make the engine, not the streaming path, the bottleneck.
+        env["TANDEM_CHAT_TEMPERATURE"] = "0"
+    return env
+
+
+async def run_case(args, transport: str, count: int, viewers: list):
+    """One Daphne, `count` readers spread over the viewers' replies; returns the case's row."""
+    from bench.stream_clients import Client, Phase, run_client
+    from bench.stream_server import BenchServer
+    from bench.stream_stats import summarize
+
+    conversations = len(viewers)
+    server = BenchServer(args.workdir / DATABASE, args.workdir / "logs", **server_env(args))
+    try:
+        await asyncio.to_thread(server.wait_ready)
+        load_before = os.getloadavg()[0]
+        # One after another: concurrent turn creation on SQLite can fail with "database is
+        # locked" (two deferred transactions upgrading to write), which is not this bench's topic.
+        replies = [await asyncio.to_thread(server.start_turn, viewer) for viewer in viewers]
+        watched = list(zip(viewers, replies, strict=True))
+        clients = [
+            Client(viewer.conversation_id, reply, viewer.cookie)
+            for viewer, reply in (watched[i % conversations] for i in range(count))
+        ]
+        rss_before = server.rss()
+        gate = asyncio.Semaphore(args.connect_concurrency)
+        phase = Phase(count)
+        tasks = [
+            asyncio.create_task(run_client(client, transport, server, gate, phase))
+            for client in clients
+        ]
+        await phase.connected.wait()
+        rss_held = server.rss()
+        cpu_server, cpu_bench = server.cpu_seconds(), time.process_time()
+        start = time.time()
+        await asyncio.sleep(args.window)
+        end = time.time()
+        cpu_server = (server.cpu_seconds() - cpu_server) / (end - start)
+        cpu_bench = (time.process_time() - cpu_bench) / (end - start)
+        await asyncio.gather(
+            *(asyncio.to_thread(server.stop_turn, viewer, reply) for viewer, reply in watched)
+        )
+        _, late = await asyncio.wait(tasks, timeout=END_TIMEOUT)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+    finally:
+        server.stop()
+    return summarize(
+        clients,
+        (start, end),
+        (rss_before, rss_held),
+        source=args.source if args.source == "model" else f"synthetic {args.rate:g} tok/s",
+        transport=transport,
+        conversations=conversations,
+        server_cpu=round(cpu_server, 2),
+        bench_cpu=round(cpu_bench, 2),
+        load_before=round(load_before, 2),
+    )
+
+
+def main(argv: list[str] | None = None) -> list:
+    args = parse_args(argv)
+    raise_open_files_limit()
+    from bench.stream_server import BENCH_DIR
+
+    args.workdir = (args.workdir or BENCH_DIR).resolve()
+    (args.workdir / "logs").mkdir(parents=True, exist_ok=True)
+    setup_django(args.workdir / DATABASE)
+    from bench.stream_server import create_viewers
+    from bench.stream_stats import machine, table
+
+    rows = []
+    for count in args.clients:
+        for transport in args.transport:
+            viewers = create_viewers(f"{transport}{count}", min(args.conversations, count))
+            row = asyncio.run(run_case(args, transport, count, viewers))
+            rows.append(row)
+            print(table([row]).splitlines()[-1], flush=True)
+    print()
+    print(table(rows))
+    output = args.workdir / "stream.json"
+    output.write_text(
+        json.dumps(
+            {
+                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": machine(),
+                "settings": {k: str(v) for k, v in vars(args).items()},
+                "rows": [asdict(row) for row in rows],
+            },
+            indent=2,
+        )
+    )
+    print(f"\nwrote {output}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The streaming bench's figures: one row per case, a Markdown table and the machine it ran on."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+import psutil
+
+from bench.stream_clients import Client
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class Row:
+    """One case: a transport, a client count, a token source."""
+
+    source: str
+    transport: str
+    clients: int
+    conversations: int
+    held: int
+    errors: int
+    connect_p99_s: float
+    deliveries: int
+    deliveries_per_s: float
+    pieces_per_s: float
+    delay_p50_ms: float | None
+    delay_p99_ms: float | None
+    delay_max_ms: float | None
+    rss_before_mib: float
+    rss_held_mib: float
+    kib_per_connection: float | None
+    server_cpu: float
+    bench_cpu: float
+    load_before: float
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    error_samples: list[str] = field(default_factory=list)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The q-quantile (0 < q < 1) by linear interpolation; the one value if there is one."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 1000) - 1]
+
+
+def summarize(
+    clients: list[Client], window: tuple[float, float], rss: tuple[int, int], **facts
+) -> Row:
+    """Delays of the deltas the engine emitted inside the window, errors, memory per socket.
+
+    `pieces_per_s` is what one reader of a reply got per second (the median reader): below
+    the synthetic rate, the engine or the writer thread fell behind the pace.
+    """
+    start, end = window
+    delays = [
+        (received - emitted) * 1000
+        for client in clients
+        for emitted, received in client.deltas
+        if start <= emitted < end
+    ]
+    held = sum(c.connected and c.error is None for c in clients)
+    failed = [c for c in clients if c.error is not None or c.gaps or not c.finished]
+    kinds = Counter(
+        (c.error or "").split(":")[0] or ("sequence gap" if c.gaps else "no end seen")
+        for c in failed
+    )
+    connects = [c.connect_seconds for c in clients if c.connected]
+    per_reader = [sum(start <= emitted < end for emitted, _ in c.deltas) for c in clients]
+    before, after = rss
+    connected = sum(c.connected for c in clients)
+    return Row(
+        clients=len(clients),
+        held=held,
+        errors=len(failed),
+        connect_p99_s=round(quantile(connects, 0.99), 3) if connects else 0.0,
+        deliveries=len(delays),
+        deliveries_per_s=round(len(delays) / (end - start), 1),
+        pieces_per_s=round(statistics.median(per_reader) / (end - start), 1),
+        delay_p50_ms=round(quantile(delays, 0.5), 2) if delays else None,
+        delay_p99_ms=round(quantile(delays, 0.99), 2) if delays else None,
+        delay_max_ms=round(max(delays), 2) if delays else None,
+        rss_before_mib=round(before / MIB, 1),
+        rss_held_mib=round(after / MIB, 1),
+        kib_per_connection=round((after - before) / 1024 / connected, 1) if connected else None,
+        error_kinds=dict(kinds),
+        error_samples=sorted({c.error for c in failed if c.error})[:3],
+        **facts,
+    )
+
+
+COLUMNS = [
+    ("source", "source"),
+    ("transport", "path"),
+    ("clients", "clients"),
+    ("conversations", "convs"),
+    ("held", "held"),
+    ("errors", "errors"),
+    ("pieces_per_s", "pieces/s/reply"),
+    ("deliveries_per_s", "msgs/s"),
+    ("delay_p50_ms", "delay p50 ms"),
+    ("delay_p99_ms", "delay p99 ms"),
+    ("delay_max_ms", "max ms"),
+    ("kib_per_connection", "KiB/conn"),
+    ("server_cpu", "daphne CPU"),
+    ("bench_cpu", "bench CPU"),
+    ("load_before", "load"),
+]
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as a Markdown table (CPU in cores busy during the window)."""
+    lines = [
+        "| " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    for row in rows:
+        cells = [
+            "–" if getattr(row, name) is None else str(getattr(row, name)) for name, _ in COLUMNS
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, object]:
+    """What the figures were measured on (the CPU model only /proc/cpuinfo tells)."""
+    model = ""
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / MIB / 1024, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }

@@ -1,0 +1,66 @@
+"""The requests every peer serves: the same chat prompts, the same arrival times.
+
+Arrivals are offsets in seconds from the start of a run: all at 0 (a burst, what a static
+batch needs) or a Poisson process (exponential gaps, seeded, so every peer sees the same).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from transformers import PreTrainedTokenizerBase
+
+from inference.prompting import chat_prompt_ids
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain photosynthesis to a child.",
+    "List three uses of a paperclip.",
+    "Why is the sky blue?",
+    "Give me a recipe for pancakes.",
+    "What is a prime number?",
+    "Describe a cat in two sentences.",
+    "How do airplanes fly?",
+    "Tell me a fun fact about octopuses.",
+    "What does a compiler do?",
+    "Summarise the plot of Cinderella.",
+    "How many legs does a spider have?",
+    "Suggest a name for a bakery.",
+    "What is the boiling point of water?",
+    "Translate 'good morning' into Spanish.",
+]
+
+
+def chat_texts(tokenizer: PreTrainedTokenizerBase, n: int) -> list[str]:
+    """The first n prompts (cycling) rendered through the chat template, as text."""
+    return [tokenizer.decode(ids) for ids in chat_prompts(tokenizer, n)]
+
+
+def chat_prompts(tokenizer: PreTrainedTokenizerBase, n: int) -> list[list[int]]:
+    """The first n prompts (cycling) as chat-template token ids."""
+    texts = [PROMPTS[i % len(PROMPTS)] for i in range(n)]
+    return [chat_prompt_ids(tokenizer, [{"role": "user", "content": t}]) for t in texts]
+
+
+def burst(n: int) -> list[float]:
+    """Every request at once."""
+    return [0.0] * n
+
+
+def poisson(n: int, mean_gap: float, seed: int = 0) -> list[float]:
+    """Arrival offsets of a Poisson process: the first at 0, then exponential gaps."""
+    rng = random.Random(seed)
+    offsets, now = [], 0.0
+    for _ in range(n):
+        offsets.append(now)
+        now += rng.expovariate(1.0 / mean_gap)
+    return offsets
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until time.perf_counter() reaches `deadline`."""
+    remaining = deadline - time.perf_counter()
+    if remaining > 0:
+        time.sleep(remaining)

@@ -1,0 +1,35 @@
+"""bench/stream.py end to end at a tiny size: its own Daphne, synthetic tokens, WS and SSE readers.
+
+Two readers per reply on each transport, so the fan-out inside one process is exercised too
+(two SSE readers of one reply once crashed the second: the layer hands both the same dict).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.processes import ROOT, child_env
+
+CLIENTS = 4
+
+
+@pytest.mark.timeout(600)
+def test_small_run_holds_every_reader_and_measures_the_delay(tmp_path):
+    argv = [sys.executable, "-m", "bench.stream", "--clients", str(CLIENTS)]
+    argv += ["--conversations", "2", "--window", "2", "--rate", "20", "--workdir", str(tmp_path)]
+    result = subprocess.run(
+        argv, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=540
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+
+    report = json.loads((tmp_path / "stream.json").read_text())
+    rows = {row["transport"]: row for row in report["rows"]}
+    assert set(rows) == {"ws", "sse"}
+    for row in rows.values():
+        assert (row["held"], row["errors"], row["error_kinds"]) == (CLIENTS, 0, {}), row
+        assert row["deliveries"] >= CLIENTS, row  # every reader got pieces stamped `t`
+        assert 0 < row["delay_p50_ms"] <= row["delay_p99_ms"] <= row["delay_max_ms"], row
+        assert row["kib_per_connection"] is not None
+    assert "| ws |" in result.stdout and "| sse |" in result.stdout
