@@ -96,6 +96,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL: readers (sessions, snapshots) never block the one writer, nor it them.
     DATABASES["default"]["OPTIONS"]["init_command"] = "PRAGMA journal_mode=WAL;"
 
+# Each request in flight holds a connection of its own: a burst of 200 turns went past
+# PostgreSQL's max_connections (100) and got 500s. A pool per process makes a request wait up
+# to `timeout` seconds for a free connection instead. 0 turns pooling off.
+DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DATABASE_POOL_SIZE,
+        "timeout": 30,
+    }
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from transformers.generation.logits_process import (
@@ -14,7 +16,7 @@ from transformers.generation.logits_process import (
 from inference.engine import InvalidRequest, SamplingParams
 from inference.engine.detokenizer import IncrementalDetokenizer, special_token_ids
 from inference.engine.kv_cache import KVCache, KVSpec
-from inference.engine.sampling import RequestSampler
+from inference.engine.sampling import NUCLEUS_CANDIDATES, RequestSampler, nucleus
 from inference.engine.stop import StopMatcher
 
 MIXED_TEXT = "안녕하세요 👋🏽 世界! Hello, wörld. 🇰🇷"
@@ -175,6 +177,28 @@ def test_sampler_filters_match_hf_logits_processors() -> None:
     kept = ~torch.isinf(ours)
     assert 0 < int(kept.sum()) <= 50
     torch.testing.assert_close(ours[kept], expected[0][kept])
+
+
+@pytest.mark.parametrize("spread", [8.0, 0.01], ids=["peaked: top-k path", "flat: full sort"])
+def test_nucleus_matches_hf_top_p_on_a_full_vocabulary(spread: float) -> None:
+    logits = torch.randn(49_152, generator=torch.Generator().manual_seed(3)) * spread
+    expected = TopPLogitsWarper(0.9)(torch.tensor([[1]]), logits.clone()[None])[0]
+    ours = nucleus(logits.clone(), 0.9)
+    kept = ~torch.isinf(ours)
+    assert torch.equal(kept, ~torch.isinf(expected))
+    assert torch.equal(ours[kept], logits[kept])
+    # the peaked row's nucleus lies within the candidates; the flat one needs the fallback
+    assert (int(kept.sum()) <= NUCLEUS_CANDIDATES) == (spread > 1)
+
+
+def test_sampled_tokens_follow_the_distribution() -> None:
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -math.inf, 0.5])
+    params = SamplingParams(do_sample=True, temperature=1.0, seed=11)
+    sampler = RequestSampler(params, [0], 6, torch.device("cpu"))
+    counts = torch.bincount(torch.tensor([sampler.sample(logits) for _ in range(20_000)]), None, 6)
+    share = counts / counts.sum()
+    assert counts[4] == 0  # a masked token is never drawn
+    torch.testing.assert_close(share, logits.softmax(-1), atol=0.015, rtol=0)
 
 
 def test_seeded_sampler_is_reproducible_and_seed_sensitive() -> None:

@@ -72,6 +72,12 @@ def stored_images(media_root: Path, part: Part) -> list[Path]:
 STEPS, STEP_DELAY = 12, 0.25
 IMAGES = {"TANDEM_IMAGE_STEPS": str(STEPS), "TANDEM_IMAGE_STEP_DELAY": str(STEP_DELAY)}
 FINAL = set(TERMINAL)
+# Every try fails at once, and is retried once after 0.2 s: "Failed after 2 tries".
+FAILING = {
+    "TANDEM_IMAGE_FAILURE_RATE": "1",
+    "TANDEM_IMAGE_MAX_RETRIES": "1",
+    "TANDEM_IMAGE_RETRY_BACKOFF": "0.2",
+}
 
 
 def expected_png(prompt: str = PROMPT) -> bytes:

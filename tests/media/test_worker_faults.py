@@ -17,6 +17,7 @@ from chat.states import message_status
 from media.models import SweeperAction
 from media.services import image_enqueue, image_retry
 from tests.media.conftest import (
+    FAILING,
     FINAL,
     IMAGES,
     STEP_DELAY,
@@ -38,11 +39,9 @@ def test_failures_are_retried_then_leave_a_partial_message(service_logs, media_r
     worker = start_worker(
         service_logs,
         MEDIA_ROOT=str(media_root),
-        TANDEM_IMAGE_FAILURE_RATE="1",
-        TANDEM_IMAGE_MAX_RETRIES="1",
-        TANDEM_IMAGE_RETRY_BACKOFF="0.2",
         TANDEM_IMAGE_STEPS="4",
         TANDEM_IMAGE_STEP_DELAY="0.05",
+        **FAILING,
     )
     try:
         turn = make_turn()

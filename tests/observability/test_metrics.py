@@ -21,7 +21,7 @@ from chat.services import part_transition
 from media.rendering import render
 from media.services import image_enqueue, image_retry
 from media.sweeper import sweep
-from tests.media.conftest import FINAL, IMAGES, finished_runs, make_turn, wait_image
+from tests.media.conftest import FAILING, FINAL, IMAGES, finished_runs, make_turn, wait_image
 from tests.support.media import start_worker
 from tests.support.processes import free_port, wait_until
 
@@ -201,14 +201,7 @@ def test_image_outcomes_from_real_workers(service_logs, media_root, scrape):
     finally:
         drawing.service.stop()
     assert succeeded.state == Part.State.SUCCEEDED
-    failing = start_worker(
-        service_logs,
-        MEDIA_ROOT=str(media_root),
-        TANDEM_IMAGE_FAILURE_RATE="1",
-        TANDEM_IMAGE_MAX_RETRIES="1",
-        TANDEM_IMAGE_RETRY_BACKOFF="0.2",
-        **IMAGES,
-    )
+    failing = start_worker(service_logs, MEDIA_ROOT=str(media_root), **FAILING, **IMAGES)
     try:
         broken = make_turn()
         image_enqueue(broken.image)
