@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from bench.stats import percentile
 from bench.stream_clients import Client
 
 MIB = 1024 * 1024
@@ -42,13 +43,6 @@ class Row:
     error_samples: list[str] = field(default_factory=list)
 
 
-def quantile(values: list[float], q: float) -> float:
-    """The q-quantile (0 < q < 1) by linear interpolation; the one value if there is one."""
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 1000) - 1]
-
-
 def summarize(
     clients: list[Client], window: tuple[float, float], rss: tuple[int, int], **facts
 ) -> Row:
@@ -78,12 +72,12 @@ def summarize(
         clients=len(clients),
         held=held,
         errors=len(failed),
-        connect_p99_s=round(quantile(connects, 0.99), 3) if connects else 0.0,
+        connect_p99_s=round(percentile(connects, 99), 3) if connects else 0.0,
         deliveries=len(delays),
         deliveries_per_s=round(len(delays) / (end - start), 1),
         pieces_per_s=round(statistics.median(per_reader) / (end - start), 1),
-        delay_p50_ms=round(quantile(delays, 0.5), 2) if delays else None,
-        delay_p99_ms=round(quantile(delays, 0.99), 2) if delays else None,
+        delay_p50_ms=round(percentile(delays, 50), 2) if delays else None,
+        delay_p99_ms=round(percentile(delays, 99), 2) if delays else None,
         delay_max_ms=round(max(delays), 2) if delays else None,
         rss_before_mib=round(before / MIB, 1),
         rss_held_mib=round(after / MIB, 1),

@@ -17,25 +17,21 @@ import uuid
 import redis
 from django.conf import settings
 
+from config.redis_client import redis_client
+
 KEY_PREFIX = "tandem:web-heartbeat:"
 OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def client() -> redis.Redis:
-    timeout = settings.TANDEM_HEALTH_TIMEOUT
-    return redis.Redis.from_url(
-        settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout
-    )
-
-
 def beat(owner: str = OWNER) -> None:
     """Say this process is alive for the next TANDEM_HEARTBEAT_TTL seconds."""
-    client().set(KEY_PREFIX + owner, "1", ex=settings.TANDEM_HEARTBEAT_TTL)
+    client = redis_client(settings.TANDEM_HEALTH_TIMEOUT)
+    client.set(KEY_PREFIX + owner, "1", ex=settings.TANDEM_HEARTBEAT_TTL)
 
 
 def is_alive(owner: str) -> bool:
     """Whether the process `owner` has beaten within its TTL."""
-    return bool(client().exists(KEY_PREFIX + owner))
+    return bool(redis_client(settings.TANDEM_HEALTH_TIMEOUT).exists(KEY_PREFIX + owner))
 
 
 def start() -> None:

@@ -9,30 +9,20 @@ into the database, and a reconnecting client then gets the last saved text.
 
 from __future__ import annotations
 
-import functools
 import logging
 
 import redis
-from django.conf import settings
+
+from config.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 KEY = "tandem:part-deltas:{}"
 TTL_AFTER_FINISH = 3600
 
 
-def _client() -> redis.Redis:
-    return _client_for(settings.REDIS_URL)
-
-
-@functools.cache
-def _client_for(url: str) -> redis.Redis:
-    """One client (and connection pool) per URL: a new one per delta cost a connection each."""
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-
-
 def _quietly(action: str, part_id: int, call) -> object:
     try:
-        return call(_client())
+        return call(redis_client())
     except redis.RedisError as exc:
         log.warning("live tail %s of part %s skipped: %s", action, part_id, exc)
         return None

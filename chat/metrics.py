@@ -23,12 +23,12 @@ import logging
 from collections.abc import Callable, Iterator
 
 import redis
-from django.conf import settings
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from chat.models import Part
 from chat.states import ALLOWED, TERMINAL
+from config.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +43,10 @@ def final_states(kind: str) -> list[str]:
     return sorted(reachable & TERMINAL)
 
 
-def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-
-
 def _record(what: str, write: Callable[[redis.client.Pipeline], object]) -> None:
     """Apply `write` to the hash in one MULTI, so a scrape never sees half an observation."""
     try:
-        pipe = _client().pipeline(transaction=True)
+        pipe = redis_client().pipeline(transaction=True)
         write(pipe)
         pipe.execute()
     except redis.RedisError as exc:
@@ -155,7 +151,7 @@ class ChatMediaCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         try:
-            raw = _client().hgetall(KEY)
+            raw = redis_client().hgetall(KEY)
         except redis.RedisError as exc:
             log.warning("chat and media metrics left out of this scrape: %s", exc)
             return iter(())

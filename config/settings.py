@@ -149,9 +149,6 @@ CHANNEL_LAYERS = {
             # made an idle receive() fail; give the socket room above it.
             "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
             "prefix": env_str("TANDEM_CHANNEL_PREFIX", "tandem"),
-            # channels-redis drops messages for a reader past `capacity` (default 100); a busy
-            # reply read by many clients of one process needs more room (docs/benchmarks.md).
-            "capacity": env_int("TANDEM_CHANNEL_CAPACITY", 1000),
         },
     }
 }

@@ -14,7 +14,6 @@ import secrets
 import time
 from dataclasses import dataclass
 
-import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.files.base import ContentFile
@@ -25,6 +24,7 @@ from chat import events, metrics
 from chat.models import Part
 from chat.services import part_transition
 from chat.states import TERMINAL
+from config.redis_client import redis_client
 from media.backends import configured_backend
 from media.backends.base import PermanentImageError, TransientImageError, prompt_seed
 from media.services import image_prompt
@@ -153,8 +153,7 @@ def render(part_id: int, *, task_id: str, retries: int, redelivered: bool) -> Re
 def count_restart(task_id: str) -> int:
     """Count one more restart of a task after its worker died; the count is kept a day."""
     key = RESTARTS_KEY.format(task_id)
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    count, _ = client.pipeline().incr(key).expire(key, 86_400).execute()
+    count, _ = redis_client(5.0).pipeline().incr(key).expire(key, 86_400).execute()
     return count
 
 

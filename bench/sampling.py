@@ -1,0 +1,87 @@
+"""The cost of picking one sampled token per row, with the chat's settings, against HF.
+
+    .venv/bin/python -m bench.sampling            # docs/benchmarks.md
+
+Real logits: SmolLM2's last-position logits for the bench's chat prompts (float32, as the
+engine samples). Peers, on the same rows: HF's logits warpers (temperature, top-p) over the
+whole batch plus `torch.multinomial` — what `generate(do_sample=True)` does per step, and the
+arithmetic Tandem's sampler used before it took the nucleus from a top-k — and Tandem's
+`RequestSampler`, row by row as the engine calls it. Prints ms per row and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+from bench.workload import chat_prompts
+from inference import loading
+from inference.engine.sampling import RequestSampler, SamplingParams
+
+CHAT = SamplingParams(do_sample=True, temperature=0.3, top_p=0.9, seed=0)  # chat/services.py
+
+
+def last_logits(model, tokenizer, rows: int) -> torch.Tensor:
+    """[rows, vocab] float32 logits of the last prompt position, one forward per prompt."""
+    out = []
+    with torch.inference_mode():
+        for ids in chat_prompts(tokenizer, rows):
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            out.append(logits.float())
+    return torch.stack(out)
+
+
+def per_row_ms(fn, rows: int, repeats: int) -> float:
+    """Median wall time of `fn()` over `repeats` calls, divided by the rows it samples."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2] * 1000 / rows
+
+
+def hf_step(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One step of HF sampling over the batch: warpers, softmax, multinomial."""
+    ids = torch.zeros((logits.shape[0], 1), dtype=torch.long)
+    scores = TemperatureLogitsWarper(CHAT.temperature)(ids, logits)
+    scores = TopPLogitsWarper(CHAT.top_p)(ids, scores)
+    return torch.multinomial(scores.softmax(-1), 1, generator=generator)
+
+
+def compare(batch: torch.Tensor, repeats: int) -> tuple[float, float]:
+    """ms per row for HF's batched sampling and for Tandem's samplers, on the same rows."""
+    rows, vocab = batch.shape
+    generator = torch.Generator().manual_seed(0)
+    samplers = [RequestSampler(CHAT, [0], vocab, torch.device("cpu")) for _ in range(rows)]
+    hf = per_row_ms(lambda: hf_step(batch.clone(), generator), rows, repeats)
+    ours = per_row_ms(
+        lambda: [s.sample(row) for s, row in zip(samplers, batch, strict=True)], rows, repeats
+    )
+    return hf, ours
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    loaded = loading.load(args.model, args.dtype)
+    logits = last_logits(loaded.model, loaded.tokenizer, max(args.rows))
+    vocab = logits.shape[-1]
+    print(f"vocabulary {vocab}, temperature {CHAT.temperature}, top_p {CHAT.top_p}")
+    print("| rows | HF warpers + multinomial, ms/row | Tandem sampler, ms/row | ratio |")
+    print("|---:|---:|---:|---:|")
+    for rows in args.rows:
+        hf, ours = compare(logits[:rows].clone(), args.repeats)
+        print(f"| {rows} | {hf:.2f} | {ours:.2f} | {hf / ours:.1f}× |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""The process's Redis clients for its own keys (live text tails, metrics, heartbeats).
+
+One client, and so one connection pool, per URL and timeout: a client made per call paid for
+a new connection every time (14 ms a text piece on a busy machine, against 0.05 ms on a kept
+connection). redis-py's pool notices a fork and reconnects in the child (Celery workers).
+The URL is read on each call, so a test that points REDIS_URL elsewhere gets a client there.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import redis
+from django.conf import settings
+
+
+def redis_client(timeout: float = 2.0) -> redis.Redis:
+    """A shared client for REDIS_URL whose calls give up after `timeout` seconds."""
+    return _client_for(settings.REDIS_URL, timeout)
+
+
+@functools.cache
+def _client_for(url: str, timeout: float) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
