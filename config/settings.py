@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "inference",
     "chat",
     "media",
+    "ops",
 ]
 
 MIDDLEWARE = [

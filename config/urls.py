@@ -5,9 +5,7 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.decorators.csrf import csrf_exempt
 
-from chat import ops_views
 from chat.views import home
-from config import health
 from inference.tgi_views import compat_generate
 
 home_async = sync_to_async(home)
@@ -30,7 +28,5 @@ urlpatterns = [
     path("", include("inference.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
-    path("ops/", ops_views.ops_page, name="ops"),
-    path("ops/status.json", ops_views.ops_status, name="ops-status"),
-    path("health", health.health, name="health"),
+    path("", include("ops.urls")),
 ]

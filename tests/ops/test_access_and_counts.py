@@ -9,8 +9,8 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from chat.models import Conversation, Message, Part
-from chat.ops import status_counts
-from chat.ops_chart import HEIGHT
+from ops.chart import HEIGHT
+from ops.snapshot import status_counts
 from tests.ops.conftest import make_reply
 
 S = Part.State

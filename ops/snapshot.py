@@ -15,10 +15,10 @@ from django.utils import timezone
 
 from chat.models import Message, Part
 from chat.states import message_status
-from config.health import check_redis
 from inference.recent_stats import recent_stats
 from inference.runtime import model_runtime
-from media.inspection import celery_overview, recent_failures
+from ops.celery_inspection import celery_overview, recent_failures
+from ops.health import check_redis
 
 STATUSES = [status.value for status in Message.Status]
 HOURS = 24

@@ -1,4 +1,4 @@
-"""The staff-only operations page and the JSON feed its script polls; thin over chat/ops.py."""
+"""The staff-only operations page and the JSON feed its script polls; thin over ops/snapshot.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from chat.models import Message
-from chat.ops import STATUSES, ops_snapshot
-from chat.ops_chart import status_chart
+from ops.chart import status_chart
+from ops.snapshot import STATUSES, ops_snapshot
 
 REFRESH_MS = 5000
 
