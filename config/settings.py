@@ -9,9 +9,11 @@ HTTPS-only protections that `manage.py check --deploy` asks for.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
@@ -30,6 +32,10 @@ if not SECRET_KEY:
             "(make run and make test do) and a key is generated under var/."
         )
     SECRET_KEY = dev_secret_key(VAR_DIR / "dev-secret-key")
+
+# Rotation (docs/security.md): the new key in SECRET_KEY, the old one here until sessions and
+# signed values made with it have expired.
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
 if not ALLOWED_HOSTS:
@@ -51,6 +57,7 @@ INSTALLED_APPS = [
     "chat",
     "media",
     "ops",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -63,6 +70,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lock-out page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -116,6 +126,20 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# django-axes checks every login first: after TANDEM_LOGIN_FAILURE_LIMIT wrong passwords for
+# one username from one address, that pair is refused for TANDEM_LOGIN_COOLOFF_MINUTES.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("TANDEM_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("TANDEM_LOGIN_COOLOFF_MINUTES", 15))
+# Per username and address together: a guesser is stopped, and a user whose name someone else
+# is guessing can still sign in from their own address.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -156,7 +180,7 @@ CHANNEL_LAYERS = {
 
 # Images (media/, docs/workers.md): which backend draws them and how the worker runs it.
 # procedural: a deterministic PNG drawn from the prompt with Pillow, no weights;
-# diffusers: a text-to-image pipeline from TANDEM_IMAGE_MODEL_DIR (requirements-diffusers.txt).
+# diffusers: a text-to-image pipeline from TANDEM_IMAGE_MODEL_DIR (in requirements.lock).
 TANDEM_IMAGE_BACKEND = env_str("TANDEM_IMAGE_BACKEND", "procedural")
 if TANDEM_IMAGE_BACKEND not in ("procedural", "diffusers"):
     raise ImproperlyConfigured(
@@ -255,6 +279,31 @@ if not DEBUG:
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
     if env_bool("TRUST_X_FORWARDED_PROTO", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Content-Security-Policy (django-csp, docs/security.md): the templates carry no inline script
+# or style, so scripts, styles, images and connections come from this origin only ('self'
+# matches its ws:// and wss:// too, for the chat's socket). Violations are posted to
+# /csp-report and logged. TANDEM_CSP_REPORT_ONLY=1 sends the same policy as report-only.
+_CSP = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+        "report-uri": "/csp-report",
+    }
+}
+TANDEM_CSP_REPORT_ONLY = env_bool("TANDEM_CSP_REPORT_ONLY", False)
+if TANDEM_CSP_REPORT_ONLY:
+    CONTENT_SECURITY_POLICY_REPORT_ONLY = _CSP
+else:
+    CONTENT_SECURITY_POLICY = _CSP
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 # One line per event with the request, message, part and task ids (config/logging.py): JSON

@@ -1,6 +1,6 @@
 """The optional diffusers backend: a text-to-image pipeline from a local model directory.
 
-Install it with `pip install -r requirements-diffusers.txt` and point TANDEM_IMAGE_MODEL_DIR
+It is in requirements.lock (so `make run` installs it); point TANDEM_IMAGE_MODEL_DIR
 at a pipeline saved with `save_pretrained` (Stable Diffusion or anything DiffusionPipeline
 loads). Nothing is downloaded: the directory is opened with local_files_only. The pipeline is
 loaded once per worker process and kept; progress comes from its step-end callback.
@@ -56,7 +56,8 @@ def load_pipeline(model_dir: str):
         from diffusers import DiffusionPipeline
     except ImportError as exc:
         raise PermanentImageError(
-            "the diffusers backend is not installed: pip install -r requirements-diffusers.txt"
+            "the diffusers backend is not installed: "
+            "pip install --require-hashes -r requirements.lock"
         ) from exc
     cuda = torch.cuda.is_available()
     pipeline = DiffusionPipeline.from_pretrained(
