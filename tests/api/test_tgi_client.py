@@ -25,8 +25,7 @@ def test_inference_client_works_unmodified(engine_server):
     assert events[-1].details.finish_reason == "length"
 
     seeded = [
-        client.text_generation("Once", max_new_tokens=6, do_sample=True, seed=42)
-        for _ in range(2)
+        client.text_generation("Once", max_new_tokens=6, do_sample=True, seed=42) for _ in range(2)
     ]
     assert seeded[0] == seeded[1]
 
