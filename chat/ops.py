@@ -16,8 +16,8 @@ from django.utils import timezone
 from chat.models import Message, Part
 from chat.states import message_status
 from config.health import check_redis
-from inference.recent_stats import recent_stats
-from inference.runtime import model_runtime
+from inference.provisioning.recent_stats import recent_stats
+from inference.provisioning.runtime import model_runtime
 from media.inspection import celery_overview, recent_failures
 
 STATUSES = [status.value for status in Message.Status]

@@ -8,7 +8,7 @@ from django.views.decorators.csrf import csrf_exempt
 from chat import ops_views
 from chat.views import home
 from config import health
-from inference.tgi_views import compat_generate
+from inference.api.tgi import compat_generate
 
 home_async = sync_to_async(home)
 
@@ -27,7 +27,7 @@ async def root(request):
 urlpatterns = [
     path("", root, name="home"),
     path("", include("chat.urls")),
-    path("", include("inference.urls")),
+    path("", include("inference.api.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("ops/", ops_views.ops_page, name="ops"),
