@@ -28,8 +28,8 @@ from bench.peers import ceiling, hf_generate_batch, hf_static, kv_loop, naive
 from bench.peers.tandem import TandemPeer
 from bench.stats import Figures, PeerRun, quarter_ratio, summarise
 from bench.workload import burst, chat_prompts, chat_texts, poisson
-from inference import loading
 from inference.engine import EngineConfig
+from inference.provisioning import loading
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

@@ -18,8 +18,8 @@ import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from bench.workload import chat_prompts
-from inference import loading
 from inference.engine.sampling import RequestSampler, SamplingParams
+from inference.provisioning import loading
 
 CHAT = SamplingParams(do_sample=True, temperature=0.3, top_p=0.9, seed=0)  # chat/services.py
 

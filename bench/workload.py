@@ -11,7 +11,7 @@ import time
 
 from transformers import PreTrainedTokenizerBase
 
-from inference.prompting import chat_prompt_ids
+from inference.provisioning.prompting import chat_prompt_ids
 
 PROMPTS = [
     "What is the capital of France?",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chat.models import Message, Part
-from inference.prompting import chat_prompt_ids
+from inference.provisioning.prompting import chat_prompt_ids
 
 SYSTEM = "You are Tandem, a helpful assistant. Answer clearly and concisely."
 

@@ -113,7 +113,7 @@ def check_turn(user, text: str) -> Engine:
             "wait for one to finish.",
             retry_after=5,
         )
-    from inference.runtime import model_runtime
+    from inference.provisioning.runtime import model_runtime
 
     engine = model_runtime.engine
     if engine is None:
@@ -225,7 +225,7 @@ def text_stop(message: Message) -> bool:
     if part.state == Part.State.QUEUED:
         stopped = part_transition(part.pk, Part.State.CANCELLED, finished_at=timezone.now())
         return stopped is not None
-    from inference.runtime import model_runtime
+    from inference.provisioning.runtime import model_runtime
 
     engine = model_runtime.engine
     if part.state != Part.State.STREAMING or engine is None:
@@ -265,7 +265,7 @@ def part_mark_failed(part: Part, reason: str) -> Part | None:
     if failed is None:
         return None
     if failed.kind == Part.Kind.TEXT and failed.engine_request_id:
-        from inference.runtime import model_runtime
+        from inference.provisioning.runtime import model_runtime
 
         engine = model_runtime.engine
         if engine is not None:

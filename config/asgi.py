@@ -19,9 +19,9 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from chat import heartbeat  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 from config.request_id import RequestIdASGIMiddleware  # noqa: E402
-from inference import runtime  # noqa: E402
+from inference.provisioning import runtime, startup  # noqa: E402
 
-runtime.start_background_load()
+runtime.start_background_load(startup.start_engine)
 heartbeat.start()
 
 application = ProtocolTypeRouter(

@@ -245,8 +245,9 @@ TANDEM_MODEL = env_str("TANDEM_MODEL", "smollm2-135m-instruct")
 TANDEM_DTYPE = env_str("TANDEM_DTYPE", "auto")
 TANDEM_LOAD_MODEL = env_bool("TANDEM_LOAD_MODEL", True)
 TANDEM_HEALTH_TIMEOUT = env_float("TANDEM_HEALTH_TIMEOUT", 1.0)
-# Benchmarks only: `synthetic` swaps the model for a paced stand-in (inference/synthetic.py) so
-# bench/stream.py measures the streaming path rather than the model.
+# Benchmarks only: `synthetic` swaps the model for a paced stand-in
+# (inference/provisioning/synthetic.py) so bench/stream.py measures the streaming path rather
+# than the model.
 TANDEM_ENGINE_SOURCE = env_str("TANDEM_ENGINE_SOURCE", "model")
 if TANDEM_ENGINE_SOURCE not in ("model", "synthetic"):
     raise ImproperlyConfigured("TANDEM_ENGINE_SOURCE must be model or synthetic.")

@@ -6,7 +6,7 @@ from django.urls import include, path
 from django.views.decorators.csrf import csrf_exempt
 
 from chat.views import home
-from inference.tgi_views import compat_generate
+from inference.api.tgi import compat_generate
 
 home_async = sync_to_async(home)
 
@@ -25,7 +25,7 @@ async def root(request):
 urlpatterns = [
     path("", root, name="home"),
     path("", include("chat.urls")),
-    path("", include("inference.urls")),
+    path("", include("inference.api.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("", include("ops.urls")),

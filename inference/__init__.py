@@ -1,1 +1,3 @@
-"""Tandem's inference: model provisioning and the in-process engine."""
+"""Tandem's inference: the engine (`engine/`), model provisioning (`provisioning/`) and the HTTP
+APIs (`api/`); api may import provisioning and engine, provisioning the engine, the engine
+neither."""

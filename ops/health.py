@@ -9,7 +9,7 @@ from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from inference.runtime import model_runtime
+from inference.provisioning.runtime import model_runtime
 
 MODEL_OK = {"ready", "disabled"}
 

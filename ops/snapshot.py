@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from chat.models import Message, Part
 from chat.states import message_status
-from inference.recent_stats import recent_stats
-from inference.runtime import model_runtime
+from inference.provisioning.recent_stats import recent_stats
+from inference.provisioning.runtime import model_runtime
 from ops.celery_inspection import celery_overview, recent_failures
 from ops.health import check_redis
 

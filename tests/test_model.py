@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference import loading, model_source
-from inference.dtype import pick_dtype
-from inference.errors import ModelUnavailable
+from inference.provisioning import loading, model_source
+from inference.provisioning.dtype import pick_dtype
+from inference.provisioning.errors import ModelUnavailable
 from tests.support.processes import ROOT, child_env
 
 

@@ -1,4 +1,7 @@
-"""The asyncio bridge: a request's events as an async iterator on the caller's event loop.
+"""How callers off the engine thread receive a request's events: async or blocking.
+
+`EventStream` is the asyncio bridge, a request's events as an async iterator on the caller's
+event loop; `BatchCollector` gathers one request's events for the blocking `generate_batch`.
 
 The engine thread hands each event to the loop with `call_soon_threadsafe` into an unbounded
 asyncio.Queue (the engine must never block on a slow client). When the consumer stops early
@@ -9,14 +12,19 @@ in the engine, so an abandoned stream stops using a slot before the next step.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from inference.engine.events import EngineEvent
+from inference.engine.events import EngineEvent, GenerationResult
 from inference.engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from inference.engine.engine import Engine
+
+# What `Engine.generate_batch` takes per request: (request_id, prompt_ids, params).
+BatchRequest = tuple[str | None, Iterable[int], SamplingParams | None]
 
 
 class _Delivery:
@@ -92,3 +100,57 @@ class EventStream:
         # A consumer that breaks out of `async for` just drops the iterator.
         if not getattr(self, "_finished", True):
             self._engine.cancel(self.request_id)
+
+
+class BatchCollector:
+    """Gathers one request's events for the blocking `generate_batch`."""
+
+    def __init__(self) -> None:
+        self.token_ids: list[int] = []
+        self.final: EngineEvent | None = None
+        self.done = threading.Event()
+
+    def on_event(self, event: EngineEvent) -> None:
+        if event.token_id is not None:
+            self.token_ids.append(event.token_id)
+        if event.is_finished:
+            self.final = event
+            self.done.set()
+
+    def result(self) -> GenerationResult:
+        final = self.final
+        assert final is not None and final.finish_reason is not None
+        assert final.usage is not None and final.timings is not None
+        return GenerationResult(
+            request_id=final.request_id,
+            token_ids=self.token_ids,
+            text=final.full_text or "",
+            finish_reason=final.finish_reason,
+            usage=final.usage,
+            timings=final.timings,
+            error=final.error,
+        )
+
+
+def collect_batch(
+    engine: Engine, requests: Iterable[BatchRequest], timeout: float | None
+) -> list[GenerationResult]:
+    """Submit all requests at once (all or none) and wait for every result, in order.
+
+    On timeout the unfinished ones are cancelled and TimeoutError is raised.
+    """
+    collectors: list[BatchCollector] = []
+    submissions = []
+    for request_id, prompt_ids, params in requests:
+        collector = BatchCollector()
+        collectors.append(collector)
+        submissions.append((request_id, prompt_ids, params, collector.on_event))
+    request_ids = engine.submit_all(submissions)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for collector in collectors:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not collector.done.wait(remaining):
+            for request_id in request_ids:
+                engine.cancel(request_id)
+            raise TimeoutError(f"generate_batch did not finish within {timeout} s")
+    return [collector.result() for collector in collectors]

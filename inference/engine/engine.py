@@ -1,122 +1,37 @@
 """The engine: one background thread running the step loop over the scheduler and runner.
 
-Each iteration: apply cancellations, let the scheduler plan a step (admitting waiting
-requests), run one forward pass, sample one token per sampling row, detokenise, check stop
-conditions, emit events, and free finished requests' KV at once. Callers talk to it from
-any thread through `submit`, `cancel`, `generate_batch` and (asyncio) `stream`.
+Each iteration applies cancellations, then steps: schedule (admitting waiting requests), one
+forward pass, sample a token per sampling row, append each to its request (text, stop
+conditions, freeing a finished request's KV at once), emit the events. Callers talk to it from
+any thread through `submit`, `cancel`, `generate_batch` and (asyncio) `stream`; the request's
+own bookkeeping is the Sequence's, the batched sampling maths `sampling.py`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import operator
 import threading
 import time
-import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from inference.engine.bridge import EventStream
-from inference.engine.detokenizer import IncrementalDetokenizer, special_token_ids
-from inference.engine.errors import EngineStopped, InvalidRequest, PromptTooLong
+from inference.engine.batch import StepBatch
+from inference.engine.bridge import BatchRequest, EventStream, collect_batch
+from inference.engine.config import EngineConfig, eos_token_ids
+from inference.engine.detokenizer import special_token_ids
+from inference.engine.errors import EngineStopped, InvalidRequest
 from inference.engine.events import EngineEvent, FinishReason, GenerationResult
 from inference.engine.kv_cache import KVCache
 from inference.engine.model_runner import ModelRunner, runner_for
 from inference.engine.observer import EngineObserver
-from inference.engine.sampling import RequestSampler, SamplingParams
+from inference.engine.sampling import SamplingParams, chosen_logprobs, greedy_tokens
 from inference.engine.scheduler import Scheduler
-from inference.engine.sequence import EventCallback, Sequence, Status
+from inference.engine.sequence import EventCallback, Request, Sequence, Status, prepare_sequence
+from inference.engine.stats import Counters, EngineStats, snapshot
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """Capacity limits. `max_seq_len` None means the model's context window."""
-
-    max_running: int = 32
-    max_waiting: int = 256
-    max_step_tokens: int = 512
-    max_seq_len: int | None = None
-    kv_initial_tokens: int = 256
-
-    def validate(self) -> None:
-        """Reject settings under which the loop could not make progress."""
-        if self.max_running < 1 or self.max_waiting < 1 or self.kv_initial_tokens < 1:
-            raise ValueError("max_running, max_waiting and kv_initial_tokens must be >= 1.")
-        if self.max_step_tokens < self.max_running:
-            raise ValueError(
-                "max_step_tokens must be >= max_running, so a step always has room for every "
-                "decoder plus at least one prompt token."
-            )
-        if self.max_seq_len is not None and self.max_seq_len < 2:
-            raise ValueError("max_seq_len must be >= 2 (one prompt token and one new token).")
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    """A cheap snapshot for /health, the ops page and metrics gauges."""
-
-    running: int
-    waiting: int
-    kv_tokens_used: int
-    kv_tokens_capacity: int
-    kv_tokens_max: int
-    kv_bytes_allocated: int
-    kv_slots_used: int
-    kv_slots_max: int
-    steps: int
-    tokens_generated: int
-    prompt_tokens_processed: int
-    requests_finished: int
-
-
-def eos_token_ids(
-    model: PreTrainedModel | None, tokenizer: PreTrainedTokenizerBase
-) -> frozenset[int]:
-    """EOS ids from the model's generation_config (an int or a list) plus the tokenizer's."""
-    ids: set[int] = set()
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif eos is not None:
-        ids.update(eos)
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return frozenset(ids)
-
-
-class _Collector:
-    """Gathers one request's events for the blocking `generate_batch`."""
-
-    def __init__(self) -> None:
-        self.token_ids: list[int] = []
-        self.final: EngineEvent | None = None
-        self.done = threading.Event()
-
-    def on_event(self, event: EngineEvent) -> None:
-        if event.token_id is not None:
-            self.token_ids.append(event.token_id)
-        if event.is_finished:
-            self.final = event
-            self.done.set()
-
-    def result(self) -> GenerationResult:
-        final = self.final
-        assert final is not None and final.finish_reason is not None
-        assert final.usage is not None and final.timings is not None
-        return GenerationResult(
-            request_id=final.request_id,
-            token_ids=self.token_ids,
-            text=final.full_text or "",
-            finish_reason=final.finish_reason,
-            usage=final.usage,
-            timings=final.timings,
-            error=final.error,
-        )
 
 
 class Engine:
@@ -163,10 +78,7 @@ class Engine:
         self._cancels: set[str] = set()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self._steps = 0
-        self._tokens_generated = 0
-        self._prompt_tokens = 0
-        self._finished = 0
+        self._counts = Counters()
 
     # ----- lifecycle -----
 
@@ -220,9 +132,26 @@ class Engine:
         Raises InvalidRequest / PromptTooLong (bad request), Overloaded (queue full),
         EngineStopped. The callback must be quick and must not call `generate_batch`.
         """
-        seq = self._prepare(prompt_ids, params, on_event, request_id)
-        self._enqueue([seq])
-        return seq.request_id
+        return self.submit_all([(request_id, prompt_ids, params, on_event)])[0]
+
+    def submit_all(self, requests: Iterable[Request]) -> list[str]:
+        """Queue `(request_id, prompt_ids, params, on_event)` requests: all, or none on an error."""
+        vocab_size, device = self.runner.vocab_size, self.runner.kv_spec.device
+        sequences = [
+            prepare_sequence(request, self.tokenizer, vocab_size, self.max_seq_len, device)
+            for request in requests
+        ]
+        with self._lock:
+            if self._stopping:
+                raise EngineStopped("The engine has been shut down.")
+            ids = [seq.request_id for seq in sequences]
+            if len(set(ids)) != len(ids) or any(i in self._active for i in ids):
+                raise InvalidRequest("request_id is already in use.")
+            self.scheduler.add(sequences)
+            for seq in sequences:
+                self._active[seq.request_id] = seq
+            self._wake.notify_all()
+        return ids
 
     def stream(
         self,
@@ -235,28 +164,14 @@ class Engine:
 
     def generate_batch(
         self,
-        requests: Iterable[tuple[str | None, Iterable[int], SamplingParams | None]],
+        requests: Iterable[BatchRequest],
         timeout: float | None = None,
     ) -> list[GenerationResult]:
         """Submit all requests at once (all or none) and wait for every result, in order.
 
         On timeout the unfinished ones are cancelled and TimeoutError is raised.
         """
-        collectors: list[_Collector] = []
-        sequences: list[Sequence] = []
-        for request_id, prompt_ids, params in requests:
-            collector = _Collector()
-            sequences.append(self._prepare(prompt_ids, params, collector.on_event, request_id))
-            collectors.append(collector)
-        self._enqueue(sequences)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for collector in collectors:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not collector.done.wait(remaining):
-                for seq in sequences:
-                    self.cancel(seq.request_id)
-                raise TimeoutError(f"generate_batch did not finish within {timeout} s")
-        return [collector.result() for collector in collectors]
+        return collect_batch(self, requests, timeout)
 
     def cancel(self, request_id: str) -> bool:
         """Cancel before the next step; False if the request is unknown or already finished."""
@@ -269,67 +184,7 @@ class Engine:
 
     def stats(self) -> EngineStats:
         """Counters and KV use (read without stopping the loop; may be one step stale)."""
-        lengths = list(self.cache.lengths)
-        return EngineStats(
-            running=len(self.scheduler.running),
-            waiting=len(self.scheduler.waiting),
-            kv_tokens_used=sum(lengths),
-            kv_tokens_capacity=self.cache.capacity_tokens,
-            kv_tokens_max=self.cache.max_tokens,
-            kv_bytes_allocated=self.cache.allocated_bytes,
-            kv_slots_used=len(lengths),
-            kv_slots_max=self.cache.max_slots,
-            steps=self._steps,
-            tokens_generated=self._tokens_generated,
-            prompt_tokens_processed=self._prompt_tokens,
-            requests_finished=self._finished,
-        )
-
-    def _prepare(
-        self,
-        prompt_ids: Iterable[int],
-        params: SamplingParams | None,
-        on_event: EventCallback,
-        request_id: str | None,
-    ) -> Sequence:
-        """Validate, truncate or refuse the prompt, and cap max_new_tokens by the context."""
-        params = params or SamplingParams()
-        params.validate()
-        try:
-            ids = [operator.index(token) for token in prompt_ids]
-        except TypeError as exc:
-            raise InvalidRequest("prompt_ids must be integers.") from exc
-        vocab = self.runner.vocab_size
-        if not ids:
-            raise InvalidRequest("The prompt is empty.")
-        if any(not 0 <= token < vocab for token in ids):
-            raise InvalidRequest(f"prompt_ids must be in [0, {vocab}).")
-        max_prompt = self.max_seq_len - 1
-        if params.truncate_prompt_tokens is not None:
-            ids = ids[-min(params.truncate_prompt_tokens, max_prompt) :]
-        elif len(ids) > max_prompt:
-            raise PromptTooLong(len(ids), max_prompt)
-        return Sequence(
-            request_id=request_id or uuid.uuid4().hex,
-            prompt_ids=ids,
-            params=params,
-            max_new_tokens=min(params.max_new_tokens, self.max_seq_len - len(ids)),
-            sampler=RequestSampler(params, ids, vocab, self.runner.kv_spec.device),
-            detokenizer=IncrementalDetokenizer(self.tokenizer),
-            on_event=on_event,
-        )
-
-    def _enqueue(self, sequences: list[Sequence]) -> None:
-        with self._lock:
-            if self._stopping:
-                raise EngineStopped("The engine has been shut down.")
-            ids = [seq.request_id for seq in sequences]
-            if len(set(ids)) != len(ids) or any(i in self._active for i in ids):
-                raise InvalidRequest("request_id is already in use.")
-            self.scheduler.add(sequences)
-            for seq in sequences:
-                self._active[seq.request_id] = seq
-            self._wake.notify_all()
+        return snapshot(self.scheduler, self.cache, self._counts)
 
     # ----- the loop (engine thread only from here on) -----
 
@@ -366,47 +221,88 @@ class Engine:
                 self._finish(seq, FinishReason.CANCELLED)
 
     def _step(self) -> None:
-        with self._lock:
-            batch = self.scheduler.schedule()
+        """One iteration: schedule → forward → sample → append → emit, then count the step."""
+        batch = self._schedule()
         if batch is None:
             return
-        for seq in batch.admitted:
-            self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
         started = time.monotonic()
-        try:
-            logits = self.runner.forward(batch, self.cache)
-            greedy_rows = [r for r, s in enumerate(batch.samplers) if s.sampler.plain_greedy]
-            greedy = {}
-            if greedy_rows:
-                picks = logits[greedy_rows].argmax(-1).tolist()
-                greedy = dict(zip(greedy_rows, picks, strict=True))
-        except Exception as exc:
-            logger.exception("Step failed; failing its %d requests", len(batch.sequences))
-            for seq in batch.sequences:
-                self._finish(seq, FinishReason.ERROR, error=_describe(exc))
+        logits = self._forward(batch)
+        tokens = None if logits is None else self._sample(batch, logits)
+        if tokens is None:
             return
+        events = self._append(batch, tokens, chosen_logprobs(logits, tokens))
+        for seq, event in events:
+            self._emit(seq, event)
+        self._count_step(batch, time.monotonic() - started)
+
+    def _schedule(self) -> StepBatch | None:
+        """The scheduler's plan for this step, admitting waiting requests into free slots."""
+        with self._lock:
+            batch = self.scheduler.schedule()
+        for seq in batch.admitted if batch is not None else ():
+            self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
+        return batch
+
+    def _forward(self, batch: StepBatch) -> torch.Tensor | None:
+        """One logits row per sampling sequence; None when the pass failed its whole batch."""
+        try:
+            return self.runner.forward(batch, self.cache)
+        except Exception as exc:
+            self._fail_batch(batch, exc)
+            return None
+
+    def _sample(self, batch: StepBatch, logits: torch.Tensor) -> dict[int, int] | None:
+        """A token per row, keyed by row; a row whose sampler fails fails its request alone."""
+        try:
+            greedy = greedy_tokens(logits, [seq.sampler for seq in batch.samplers])
+        except Exception as exc:
+            self._fail_batch(batch, exc)
+            return None
         tokens: dict[int, int] = {}
         for row, seq in enumerate(batch.samplers):
             try:
                 tokens[row] = greedy[row] if row in greedy else seq.sampler.sample(logits[row])
             except Exception as exc:
                 self._fail_row(seq, exc)
-        for row, logprob in zip(tokens, _chosen_logprobs(logits, tokens), strict=True):
+        return tokens
+
+    def _append(
+        self, batch: StepBatch, tokens: dict[int, int], logprobs: list[float]
+    ) -> list[tuple[Sequence, EngineEvent]]:
+        """Give each request its token; the events to emit, in row order."""
+        events = []
+        for row, logprob in zip(tokens, logprobs, strict=True):
             seq = batch.samplers[row]
             try:
-                self._advance(seq, tokens[row], logprob)
+                events.append((seq, self._append_token(seq, tokens[row], logprob)))
             except Exception as exc:
                 self._fail_row(seq, exc)
-        self._steps += 1
-        self._tokens_generated += len(batch.samplers)
-        self._prompt_tokens += batch.num_prefill_tokens
+        return events
+
+    def _append_token(self, seq: Sequence, token: int, logprob: float) -> EngineEvent:
+        """Append a token, release its text, and close the request if it ends there."""
+        now = time.monotonic()
+        gap = seq.append_token(token, now)
+        if gap is None:
+            self._observe("on_first_token", seq.request_id, now - seq.queued_at)
+        self._observe("on_token", seq.request_id, gap)
+        text, reason = seq.release_text(self.eos_ids)
+        event = seq.token_event(text, logprob, token in self.special_ids)
+        return event if reason is None else self._close(seq, reason, last=event)
+
+    def _count_step(self, batch: StepBatch, seconds: float) -> None:
+        self._counts.steps += 1
+        self._counts.tokens_generated += len(batch.samplers)
+        self._counts.prompt_tokens_processed += batch.num_prefill_tokens
         self._observe(
-            "on_step",
-            len(batch.sequences),
-            batch.num_tokens,
-            batch.num_prefill_tokens,
-            time.monotonic() - started,
+            "on_step", len(batch.sequences), batch.num_tokens, batch.num_prefill_tokens, seconds
         )
+
+    def _fail_batch(self, batch: StepBatch, exc: Exception) -> None:
+        """A fault of the whole step fails every request in it."""
+        logger.exception("Step failed; failing its %d requests", len(batch.sequences))
+        for seq in batch.sequences:
+            self._finish(seq, FinishReason.ERROR, error=_describe(exc))
 
     def _fail_row(self, seq: Sequence, exc: Exception) -> None:
         """A fault in one row's sampling or post-processing fails that request only."""
@@ -414,58 +310,19 @@ class Engine:
         if seq.status is not Status.FINISHED:
             self._finish(seq, FinishReason.ERROR, error=_describe(exc))
 
-    def _advance(self, seq: Sequence, token: int, logprob: float) -> None:
-        """Append a sampled token, turn it into releasable text, and finish if it ends."""
-        now = time.monotonic()
-        previous = seq.last_token_at
-        seq.output_ids.append(token)
-        seq.sampler.observe(token)
-        seq.last_token_at = now
-        if previous is None:
-            seq.first_token_at = now
-            self._observe("on_first_token", seq.request_id, now - seq.queued_at)
-        self._observe("on_token", seq.request_id, None if previous is None else now - previous)
+    def _finish(self, seq: Sequence, reason: FinishReason, *, error: str | None = None) -> None:
+        """End a request without a new token (cancelled, failed, shut down) and tell its caller."""
+        self._emit(seq, self._close(seq, reason, error=error))
 
-        text = seq.stop.push(seq.detokenizer.step(token))
-        reason = None
-        if seq.stop.stopped:
-            reason = FinishReason.STOP_SEQUENCE
-        elif token in self.eos_ids and not seq.params.ignore_eos:
-            reason = FinishReason.EOS_TOKEN
-        elif len(seq.output_ids) >= seq.max_new_tokens:
-            reason = FinishReason.LENGTH
-        if reason is FinishReason.EOS_TOKEN or reason is FinishReason.LENGTH:
-            text += seq.stop.push(seq.detokenizer.flush(seq.output_ids))
-            text += seq.stop.flush()
-            if seq.stop.stopped:
-                reason = FinishReason.STOP_SEQUENCE
-        seq.text_parts.append(text)
-        special = token in self.special_ids
-        if reason is not None:
-            self._finish(seq, reason, token_id=token, text=text, logprob=logprob, special=special)
-            return
-        event = EngineEvent(
-            request_id=seq.request_id,
-            index=len(seq.output_ids) - 1,
-            token_id=token,
-            text=text,
-            logprob=logprob,
-            special=special,
-        )
-        self._emit(seq, event)
-
-    def _finish(
+    def _close(
         self,
         seq: Sequence,
         reason: FinishReason,
         *,
-        token_id: int | None = None,
-        text: str = "",
-        logprob: float | None = None,
-        special: bool = False,
+        last: EngineEvent | None = None,
         error: str | None = None,
-    ) -> None:
-        """Free the request's KV and queue place now, then emit its final event."""
+    ) -> EngineEvent:
+        """Free the request's KV and queue place now; returns its final event to emit."""
         if seq.status is Status.RUNNING:
             self.scheduler.release(seq)
         elif seq.status is Status.WAITING:
@@ -474,27 +331,11 @@ class Engine:
         seq.status = Status.FINISHED
         with self._lock:
             self._active.pop(seq.request_id, None)
-        timings = seq.timings(time.monotonic())
-        usage = seq.usage()
-        generated = len(seq.output_ids)
-        event = EngineEvent(
-            request_id=seq.request_id,
-            index=generated - 1 if token_id is not None else generated,
-            token_id=token_id,
-            text=text,
-            logprob=logprob,
-            special=special,
-            is_finished=True,
-            finish_reason=reason,
-            usage=usage,
-            full_text="".join(seq.text_parts),
-            timings=timings,
-            error=error,
-        )
-        self._finished += 1
-        self.scheduler.record_duration(timings.duration)
-        self._observe("on_finish", seq.request_id, reason, usage, timings)
-        self._emit(seq, event)
+        event = seq.final_event(reason, time.monotonic(), last, error)
+        self._counts.requests_finished += 1
+        self.scheduler.record_duration(event.timings.duration)
+        self._observe("on_finish", seq.request_id, reason, event.usage, event.timings)
+        return event
 
     def _emit(self, seq: Sequence, event: EngineEvent) -> None:
         """Deliver an event; a failing callback cancels its request, never the engine."""
@@ -518,20 +359,6 @@ class Engine:
         for seq in pending:
             if seq.status is not Status.FINISHED:
                 self._finish(seq, FinishReason.ERROR, error="The engine shut down.")
-
-
-def _chosen_logprobs(logits: torch.Tensor, tokens: dict[int, int]) -> list[float]:
-    """Log-probability of each chosen token under the raw logits, for all rows at once.
-
-    One logsumexp and one gather instead of a full [rows, vocab] log_softmax plus a tensor
-    index per row.
-    """
-    if not tokens:
-        return []
-    rows = torch.tensor(list(tokens), device=logits.device)
-    picked = torch.tensor(list(tokens.values()), device=logits.device)
-    chosen = logits[rows, picked] - logits[rows].logsumexp(-1)
-    return chosen.tolist()
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,13 +1,15 @@
-"""Sampling parameters and the per-request sampler that turns one logits row into a token.
+"""Sampling parameters, the per-request sampler, and what a step does over all its rows at once.
 
 Each request owns its torch.Generator, so a seeded request draws the same tokens whatever
-else shares its batch: the random stream is never shared between requests.
+else shares its batch: the random stream is never shared between requests. Plain greedy rows
+are argmaxed together and the chosen tokens' log-probabilities come from one batched call.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -155,3 +157,25 @@ def nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     remove = cumulative <= 1.0 - top_p
     remove[-1] = False
     return logits.masked_fill(remove.scatter(0, order, remove), -math.inf)
+
+
+def greedy_tokens(logits: torch.Tensor, samplers: Sequence[RequestSampler]) -> dict[int, int]:
+    """The argmax of every plain-greedy row, in one call for all of them, keyed by row."""
+    rows = [row for row, sampler in enumerate(samplers) if sampler.plain_greedy]
+    if not rows:
+        return {}
+    return dict(zip(rows, logits[rows].argmax(-1).tolist(), strict=True))
+
+
+def chosen_logprobs(logits: torch.Tensor, tokens: dict[int, int]) -> list[float]:
+    """Log-probability of each chosen token under the raw logits, for all rows at once.
+
+    One logsumexp and one gather instead of a full [rows, vocab] log_softmax plus a tensor
+    index per row.
+    """
+    if not tokens:
+        return []
+    rows = torch.tensor(list(tokens), device=logits.device)
+    picked = torch.tensor(list(tokens.values()), device=logits.device)
+    chosen = logits[rows, picked] - logits[rows].logsumexp(-1)
+    return chosen.tolist()

@@ -6,16 +6,25 @@ never tokenised again.
 
 from __future__ import annotations
 
+import operator
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from enum import Enum
 
+import torch
+from transformers import PreTrainedTokenizerBase
+
 from inference.engine.detokenizer import IncrementalDetokenizer
-from inference.engine.events import EngineEvent, Timings, Usage
+from inference.engine.errors import InvalidRequest, PromptTooLong
+from inference.engine.events import EngineEvent, FinishReason, Timings, Usage
 from inference.engine.sampling import RequestSampler, SamplingParams
 from inference.engine.stop import StopMatcher
 
 EventCallback = Callable[[EngineEvent], None]
+# What `Engine.submit_all` takes per request: (request_id, prompt_ids, params, on_event).
+Request = tuple[str | None, Iterable[int], SamplingParams | None, EventCallback]
 
 
 class Status(Enum):
@@ -73,6 +82,66 @@ class Sequence:
         """Prompt plus generated tokens."""
         return len(self.prompt_ids) + len(self.output_ids)
 
+    @property
+    def text(self) -> str:
+        """Every piece of text released so far."""
+        return "".join(self.text_parts)
+
+    def append_token(self, token: int, now: float) -> float | None:
+        """Record a sampled token; the gap since the previous one (None for the first)."""
+        previous = self.last_token_at
+        self.output_ids.append(token)
+        self.sampler.observe(token)
+        self.last_token_at = now
+        if previous is None:
+            self.first_token_at = now
+            return None
+        return now - previous
+
+    def release_text(self, eos_ids: frozenset[int]) -> tuple[str, FinishReason | None]:
+        """The text the newest token lets a client see now, and why the request ends, if it does.
+
+        A stop string ends it first; at EOS or the length limit the detokeniser's and the stop
+        matcher's held-back text is released too (it may still complete a stop string).
+        """
+        token = self.output_ids[-1]
+        text = self.stop.push(self.detokenizer.step(token))
+        reason = None
+        if self.stop.stopped:
+            reason = FinishReason.STOP_SEQUENCE
+        elif token in eos_ids and not self.params.ignore_eos:
+            reason = FinishReason.EOS_TOKEN
+        elif len(self.output_ids) >= self.max_new_tokens:
+            reason = FinishReason.LENGTH
+        if reason is FinishReason.EOS_TOKEN or reason is FinishReason.LENGTH:
+            text += self.stop.push(self.detokenizer.flush(self.output_ids))
+            text += self.stop.flush()
+            if self.stop.stopped:
+                reason = FinishReason.STOP_SEQUENCE
+        self.text_parts.append(text)
+        return text, reason
+
+    def token_event(self, text: str, logprob: float, special: bool) -> EngineEvent:
+        """The event of the newest token."""
+        index = len(self.output_ids) - 1
+        return EngineEvent(self.request_id, index, self.output_ids[-1], text, logprob, special)
+
+    def final_event(
+        self, reason: FinishReason, finished_at: float, last: EngineEvent | None, error: str | None
+    ) -> EngineEvent:
+        """The request's last event: its final token's event `last` closed with the totals, or
+        a token-less one (cancel, error) at `index` = tokens generated so far."""
+        base = last or EngineEvent(self.request_id, len(self.output_ids), None, "")
+        return replace(
+            base,
+            is_finished=True,
+            finish_reason=reason,
+            usage=self.usage(),
+            full_text=self.text,
+            timings=self.timings(finished_at),
+            error=error,
+        )
+
     def usage(self) -> Usage:
         """Token counts so far."""
         return Usage(len(self.prompt_ids), len(self.output_ids))
@@ -86,3 +155,38 @@ class Sequence:
             first_token_at=self.first_token_at,
             finished_at=finished_at,
         )
+
+
+def prepare_sequence(
+    request: Request,
+    tokenizer: PreTrainedTokenizerBase,
+    vocab_size: int,
+    max_seq_len: int,
+    device: torch.device,
+) -> Sequence:
+    """Validate, truncate or refuse the prompt, and cap max_new_tokens by the context."""
+    request_id, prompt_ids, params, on_event = request
+    params = params or SamplingParams()
+    params.validate()
+    try:
+        ids = [operator.index(token) for token in prompt_ids]
+    except TypeError as exc:
+        raise InvalidRequest("prompt_ids must be integers.") from exc
+    if not ids:
+        raise InvalidRequest("The prompt is empty.")
+    if any(not 0 <= token < vocab_size for token in ids):
+        raise InvalidRequest(f"prompt_ids must be in [0, {vocab_size}).")
+    max_prompt = max_seq_len - 1
+    if params.truncate_prompt_tokens is not None:
+        ids = ids[-min(params.truncate_prompt_tokens, max_prompt) :]
+    elif len(ids) > max_prompt:
+        raise PromptTooLong(len(ids), max_prompt)
+    return Sequence(
+        request_id=request_id or uuid.uuid4().hex,
+        prompt_ids=ids,
+        params=params,
+        max_new_tokens=min(params.max_new_tokens, max_seq_len - len(ids)),
+        sampler=RequestSampler(params, ids, vocab_size, device),
+        detokenizer=IncrementalDetokenizer(tokenizer),
+        on_event=on_event,
+    )

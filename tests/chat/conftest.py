@@ -4,9 +4,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from chat.models import Conversation
-from inference import loading
 from inference.engine import Engine, EngineConfig
-from inference.runtime import model_runtime
+from inference.provisioning import loading
+from inference.provisioning.runtime import model_runtime
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from inference import loading, model_source
 from inference.engine import Engine, EngineConfig, EngineObserver
+from inference.provisioning import loading, model_source
 from tests.engine.helpers import sharpen, tiny_config
 
 

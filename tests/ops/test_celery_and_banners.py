@@ -10,7 +10,7 @@ import pytest
 
 from chat.models import Part
 from config.celery import app
-from inference.runtime import model_runtime
+from inference.provisioning.runtime import model_runtime
 from media.models import SweeperAction
 from media.services import image_enqueue
 from tests.media.conftest import make_turn

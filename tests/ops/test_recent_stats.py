@@ -6,9 +6,9 @@ import numpy
 import pytest
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from inference import model_source
 from inference.engine import Engine, EngineConfig, EngineObserver, SamplingParams
-from inference.recent_stats import ObserverChain, RecentStats
+from inference.provisioning import model_source
+from inference.provisioning.recent_stats import ObserverChain, RecentStats
 from tests.engine.helpers import sharpen, tiny_config
 
 

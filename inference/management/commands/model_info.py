@@ -3,8 +3,8 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from inference import loading
-from inference.errors import ModelUnavailable
+from inference.provisioning import loading
+from inference.provisioning.errors import ModelUnavailable
 
 
 class Command(BaseCommand):

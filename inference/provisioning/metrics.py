@@ -1,13 +1,22 @@
 """Prometheus metrics of the engine: histograms and counters fed by the engine's observer
-hooks, gauges read from `Engine.stats()` at scrape time (so they are never stale)."""
+hooks (`metrics_observer.py`) and the API's refusals, gauges read from `Engine.stats()` at
+scrape time (so they are never stale).
+
+Importing this module registers nothing and imports no torch: `InferenceConfig.ready()` calls
+`register` once per process, handing in how to reach the running engine's stats.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-from inference.engine import EngineObserver, FinishReason, Timings, Usage
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+if TYPE_CHECKING:
+    from inference.engine import EngineStats
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -15,77 +24,74 @@ TTFT = Histogram(
     "tandem_engine_time_to_first_token_seconds",
     "Submission to first generated token.",
     buckets=LATENCY_BUCKETS,
+    registry=None,
 )
 ITL = Histogram(
     "tandem_engine_inter_token_latency_seconds",
     "Gap between consecutive tokens of one request.",
     buckets=LATENCY_BUCKETS,
+    registry=None,
 )
 QUEUE_TIME = Histogram(
     "tandem_engine_queue_time_seconds",
     "Time a request waited for a batch slot.",
     buckets=LATENCY_BUCKETS,
+    registry=None,
 )
 E2E = Histogram(
     "tandem_engine_request_duration_seconds",
     "Submission to finish, any finish reason.",
     buckets=LATENCY_BUCKETS,
+    registry=None,
 )
 STEP_BATCH = Histogram(
     "tandem_engine_step_batch_size",
     "Sequences in one engine step.",
     buckets=(1, 2, 4, 8, 16, 24, 32, 48, 64, 128),
+    registry=None,
 )
-PROMPT_TOKENS = Counter("tandem_engine_prompt_tokens", "Prompt tokens of finished requests.")
-GENERATED_TOKENS = Counter("tandem_engine_generated_tokens", "Tokens generated.")
-FINISHED = Counter("tandem_engine_requests_finished", "Requests finished, by reason.", ["reason"])
+PROMPT_TOKENS = Counter(
+    "tandem_engine_prompt_tokens", "Prompt tokens of finished requests.", registry=None
+)
+GENERATED_TOKENS = Counter("tandem_engine_generated_tokens", "Tokens generated.", registry=None)
+FINISHED = Counter(
+    "tandem_engine_requests_finished", "Requests finished, by reason.", ["reason"], registry=None
+)
 FAILURES = Counter(
-    "tandem_engine_failures", "Requests that did not complete normally, by reason.", ["reason"]
+    "tandem_engine_failures",
+    "Requests that did not complete normally, by reason.",
+    ["reason"],
+    registry=None,
 )
 REJECTED = Counter(
-    "tandem_engine_requests_rejected", "Requests refused before admission, by reason.", ["reason"]
+    "tandem_engine_requests_rejected",
+    "Requests refused before admission, by reason.",
+    ["reason"],
+    registry=None,
 )
 
-FAILED_REASONS = {FinishReason.ERROR, FinishReason.CANCELLED}
-
-
-class PrometheusObserver(EngineObserver):
-    """Feeds the histograms and counters from the engine thread (cheap, non-blocking)."""
-
-    def on_admit(self, request_id: str, queue_time: float) -> None:
-        QUEUE_TIME.observe(queue_time)
-
-    def on_first_token(self, request_id: str, ttft: float) -> None:
-        TTFT.observe(ttft)
-
-    def on_token(self, request_id: str, inter_token_time: float | None) -> None:
-        GENERATED_TOKENS.inc()
-        if inter_token_time is not None:
-            ITL.observe(inter_token_time)
-
-    def on_finish(
-        self, request_id: str, reason: FinishReason, usage: Usage, timings: Timings
-    ) -> None:
-        FINISHED.labels(reason=reason.value).inc()
-        PROMPT_TOKENS.inc(usage.prompt_tokens)
-        E2E.observe(timings.duration)
-        if reason in FAILED_REASONS:
-            FAILURES.labels(reason=reason.value).inc()
-
-    def on_step(
-        self, batch_size: int, num_tokens: int, prefill_tokens: int, seconds: float
-    ) -> None:
-        STEP_BATCH.observe(batch_size)
+METRICS = (
+    TTFT,
+    ITL,
+    QUEUE_TIME,
+    E2E,
+    STEP_BATCH,
+    PROMPT_TOKENS,
+    GENERATED_TOKENS,
+    FINISHED,
+    FAILURES,
+    REJECTED,
+)
 
 
 class EngineStatsCollector(Collector):
     """Gauges of the running engine, read when Prometheus scrapes."""
 
-    def collect(self):
-        from inference.runtime import model_runtime
+    def __init__(self, engine_stats: Callable[[], EngineStats | None]) -> None:
+        self.engine_stats = engine_stats
 
-        engine = model_runtime.engine
-        stats = engine.stats() if engine is not None else None
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        stats = self.engine_stats()
         values = {
             "tandem_engine_running_requests": ("Requests decoding now.", "running"),
             "tandem_engine_waiting_requests": ("Requests waiting for a slot.", "waiting"),
@@ -106,4 +112,9 @@ class EngineStatsCollector(Collector):
         )
 
 
-REGISTRY.register(EngineStatsCollector())
+def register(registry: CollectorRegistry, engine_stats: Callable[[], EngineStats | None]) -> None:
+    """Expose the histograms and counters, and gauges read through `engine_stats` (None while
+    this process has no engine)."""
+    for metric in METRICS:
+        registry.register(metric)
+    registry.register(EngineStatsCollector(engine_stats))

@@ -6,9 +6,9 @@ import json
 
 from django.http import HttpRequest
 
-from inference.api_errors import ApiError
+from inference.api.errors import ApiError
 from inference.engine import Engine
-from inference.runtime import model_runtime
+from inference.provisioning.runtime import model_runtime
 
 
 def ready_engine() -> Engine:

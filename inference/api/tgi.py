@@ -15,12 +15,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_POST
 from pydantic import ValidationError
 
-from inference.api_endpoint import api_endpoint
-from inference.api_engine import json_body, ready_engine
-from inference.api_errors import ApiError, from_exception, tgi_error
+from inference.api.endpoint import api_endpoint
+from inference.api.engine_access import json_body, ready_engine
+from inference.api.errors import ApiError, from_exception, tgi_error
+from inference.api.sse import sse_data, sse_response
+from inference.api.tgi_schema import BatchRequest, TgiRequest
 from inference.engine import Engine, EngineEvent, FinishReason, SamplingParams
-from inference.sse import sse_data, sse_response
-from inference.tgi_schema import BatchRequest, TgiRequest
 
 BATCH_TIMEOUT = 600
 

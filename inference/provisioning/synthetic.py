@@ -14,11 +14,11 @@ import time
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from inference import model_source
 from inference.engine.batch import StepBatch
 from inference.engine.kv_cache import KVCache, KVSpec
-from inference.errors import ModelUnavailable
-from inference.loading import LoadedModel
+from inference.provisioning import model_source
+from inference.provisioning.errors import ModelUnavailable
+from inference.provisioning.loading import LoadedModel
 
 TEXT = (
     "Streaming text arrives one small piece at a time, and every piece travels from the engine "

@@ -8,35 +8,24 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from inference import loading
-from inference.engine import Engine, EngineConfig
-from inference.engine.model_runner import ModelRunner
-from inference.errors import ModelUnavailable
+from inference.provisioning.errors import ModelUnavailable
+
+if TYPE_CHECKING:
+    from inference.engine import Engine, EngineStats
+    from inference.provisioning.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
-
-def engine_config() -> EngineConfig:
-    """The engine's limits from settings."""
-    return EngineConfig(
-        max_running=settings.TANDEM_MAX_RUNNING,
-        max_waiting=settings.TANDEM_MAX_WAITING,
-        max_step_tokens=settings.TANDEM_MAX_STEP_TOKENS,
-        max_seq_len=settings.TANDEM_MAX_SEQ_LEN,
-    )
-
-
-def load_source() -> tuple[loading.LoadedModel, ModelRunner | None]:
-    """The model, or (TANDEM_ENGINE_SOURCE=synthetic, benchmarks only) a paced stand-in."""
-    if settings.TANDEM_ENGINE_SOURCE == "synthetic":
-        from inference import synthetic
-
-        return synthetic.load(settings.TANDEM_MODEL, settings.TANDEM_SYNTHETIC_TOKENS_PER_S)
-    return loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE), None
+# Loads the model and starts its engine: `startup.start_engine` in the web process. It is handed
+# in rather than imported because it imports torch, which the other readers of this module
+# (AppConfig.ready() in every process, Celery workers, management commands) never need.
+Loader = Callable[[], "tuple[LoadedModel, Engine]"]
 
 
 @dataclass
@@ -45,13 +34,13 @@ class ModelRuntime:
 
     state: str = "idle"
     error: str = ""
-    loaded: loading.LoadedModel | None = None
+    loaded: LoadedModel | None = None
     engine: Engine | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Begin loading in a daemon thread; later calls do nothing."""
+    def start(self, load: Loader) -> None:
+        """Begin loading with `load` in a daemon thread; later calls do nothing."""
         with self._lock:
             if self.state != "idle":
                 return
@@ -59,19 +48,14 @@ class ModelRuntime:
                 self.state = "disabled"
                 return
             self.state = "loading"
-            self._thread = threading.Thread(target=self._load, name="model-loader", daemon=True)
+            self._thread = threading.Thread(
+                target=self._load, args=(load,), name="model-loader", daemon=True
+            )
             self._thread.start()
 
-    def _load(self) -> None:
-        from inference.metrics import PrometheusObserver
-        from inference.recent_stats import ObserverChain, recent_stats
-
+    def _load(self, load: Loader) -> None:
         try:
-            loaded, runner = load_source()
-            observer = ObserverChain(PrometheusObserver(), recent_stats)
-            engine = Engine(
-                loaded.model, loaded.tokenizer, engine_config(), observer=observer, runner=runner
-            ).start()
+            loaded, engine = load()
         except (ModelUnavailable, ValueError) as exc:
             self._fail(str(exc))
             return
@@ -98,6 +82,11 @@ class ModelRuntime:
             thread.join(timeout)
         return self.state
 
+    def engine_stats(self) -> EngineStats | None:
+        """The running engine's stats; None while this process has none."""
+        engine = self.engine
+        return engine.stats() if engine is not None else None
+
     def snapshot(self) -> dict[str, object]:
         """State plus details for /health and operators."""
         with self._lock:
@@ -112,6 +101,6 @@ class ModelRuntime:
 model_runtime = ModelRuntime()
 
 
-def start_background_load() -> None:
+def start_background_load(load: Loader) -> None:
     """Start loading the configured model in this process (the web process calls this)."""
-    model_runtime.start()
+    model_runtime.start(load)

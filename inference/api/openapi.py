@@ -2,7 +2,7 @@
 
 Request bodies come from the pydantic schemas the views validate with, so the document cannot
 drift from what is accepted; responses are written here, next to each other, in the shapes
-tgi_views.py and openai_views.py produce. tests/badinput fuzzes a real server against it.
+tgi.py and openai.py produce. tests/badinput fuzzes a real server against it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 from pydantic.json_schema import models_json_schema
 
-from inference.openai_schema import ChatCompletionRequest, CompletionRequest
-from inference.tgi_schema import BatchPrompt, BatchRequest, TgiRequest
+from inference.api.openai_schema import ChatCompletionRequest, CompletionRequest
+from inference.api.tgi_schema import BatchPrompt, BatchRequest, TgiRequest
 
 REF = "#/components/schemas/{model}"
 

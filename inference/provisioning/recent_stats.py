@@ -134,5 +134,5 @@ class ObserverChain(EngineObserver):
             observer.on_step(batch_size, num_tokens, prefill_tokens, seconds)
 
 
-# The web process's one window, fed by its engine (inference/runtime.py) and read by /ops/.
+# The web process's one window, fed by its engine (provisioning/startup.py), read by /ops/.
 recent_stats = RecentStats()

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inference.api.tgi_schema import MAX_INPUT_CHARS, MAX_STOP_SEQUENCES
 from inference.engine import SamplingParams
-from inference.tgi_schema import MAX_INPUT_CHARS, MAX_STOP_SEQUENCES
 
 MAX_MESSAGES = 200
 

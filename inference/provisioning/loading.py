@@ -13,9 +13,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from inference import model_source
-from inference.dtype import pick_device, pick_dtype
-from inference.errors import ModelUnavailable
+from inference.provisioning import model_source
+from inference.provisioning.dtype import pick_device, pick_dtype
+from inference.provisioning.errors import ModelUnavailable
 
 
 @dataclass

@@ -16,13 +16,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET, require_POST
 from pydantic import BaseModel, ValidationError
 
-from inference.api_endpoint import api_endpoint
-from inference.api_engine import json_body, model_name, ready_engine
-from inference.api_errors import ApiError, from_exception, openai_error, openai_error_body
+from inference.api.endpoint import api_endpoint
+from inference.api.engine_access import json_body, model_name, ready_engine
+from inference.api.errors import ApiError, from_exception, openai_error, openai_error_body
+from inference.api.openai_schema import ChatCompletionRequest, CompletionRequest, SamplingFields
+from inference.api.sse import sse_data, sse_response
 from inference.engine import EngineEvent, FinishReason
-from inference.openai_schema import ChatCompletionRequest, CompletionRequest, SamplingFields
-from inference.prompting import chat_prompt_ids
-from inference.sse import sse_data, sse_response
+from inference.provisioning.prompting import chat_prompt_ids
 
 FINISH = {
     FinishReason.EOS_TOKEN: "stop",

@@ -1,0 +1,45 @@
+"""What an engine is configured with: its capacity limits and the token ids that end a request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Capacity limits. `max_seq_len` None means the model's context window."""
+
+    max_running: int = 32
+    max_waiting: int = 256
+    max_step_tokens: int = 512
+    max_seq_len: int | None = None
+    kv_initial_tokens: int = 256
+
+    def validate(self) -> None:
+        """Reject settings under which the loop could not make progress."""
+        if self.max_running < 1 or self.max_waiting < 1 or self.kv_initial_tokens < 1:
+            raise ValueError("max_running, max_waiting and kv_initial_tokens must be >= 1.")
+        if self.max_step_tokens < self.max_running:
+            raise ValueError(
+                "max_step_tokens must be >= max_running, so a step always has room for every "
+                "decoder plus at least one prompt token."
+            )
+        if self.max_seq_len is not None and self.max_seq_len < 2:
+            raise ValueError("max_seq_len must be >= 2 (one prompt token and one new token).")
+
+
+def eos_token_ids(
+    model: PreTrainedModel | None, tokenizer: PreTrainedTokenizerBase
+) -> frozenset[int]:
+    """EOS ids from the model's generation_config (an int or a list) plus the tokenizer's."""
+    ids: set[int] = set()
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif eos is not None:
+        ids.update(eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return frozenset(ids)

@@ -1,0 +1,42 @@
+"""Loading the configured model and starting its engine, wired to the metrics and the ops window.
+
+Everything here imports torch, so only the web process imports it (config/asgi.py), and hands
+`start_engine` to the runtime, whose state every process reads without torch.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from inference.engine import Engine, EngineConfig
+from inference.engine.model_runner import ModelRunner
+from inference.provisioning import loading, synthetic
+from inference.provisioning.metrics_observer import PrometheusObserver
+from inference.provisioning.recent_stats import ObserverChain, recent_stats
+
+
+def engine_config() -> EngineConfig:
+    """The engine's limits from settings."""
+    return EngineConfig(
+        max_running=settings.TANDEM_MAX_RUNNING,
+        max_waiting=settings.TANDEM_MAX_WAITING,
+        max_step_tokens=settings.TANDEM_MAX_STEP_TOKENS,
+        max_seq_len=settings.TANDEM_MAX_SEQ_LEN,
+    )
+
+
+def load_source() -> tuple[loading.LoadedModel, ModelRunner | None]:
+    """The model, or (TANDEM_ENGINE_SOURCE=synthetic, benchmarks only) a paced stand-in."""
+    if settings.TANDEM_ENGINE_SOURCE == "synthetic":
+        return synthetic.load(settings.TANDEM_MODEL, settings.TANDEM_SYNTHETIC_TOKENS_PER_S)
+    return loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE), None
+
+
+def start_engine() -> tuple[loading.LoadedModel, Engine]:
+    """Load the source and start an engine over it that feeds Prometheus and `recent_stats`."""
+    loaded, runner = load_source()
+    observer = ObserverChain(PrometheusObserver(), recent_stats)
+    engine = Engine(
+        loaded.model, loaded.tokenizer, engine_config(), observer=observer, runner=runner
+    ).start()
+    return loaded, engine
