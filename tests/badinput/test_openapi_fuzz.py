@@ -2,7 +2,9 @@
 
 The server's context is cut to a few dozen tokens so every generated request finishes in
 moments: the run is bounded by examples per operation, not by wall time. Every response must
-be a documented status with a documented content type and body, and none may be a 5xx.
+be a documented status with a documented content type and body, and none may be a 5xx. The
+coverage phase sends bodies that break the schema (a boolean for an integer, a number past a
+bound, a missing field): every one must be refused with a 4xx (negative_data_rejection).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ CHECKS = (
     "status_code_conformance",
     "content_type_conformance",
     "response_schema_conformance",
+    "negative_data_rejection",
 )
 
 
@@ -85,7 +88,7 @@ def test_fuzzing_the_documented_api_gets_no_server_error(fuzz_server, tmp_path):
         "run",
         f"{fuzz_server.url}/openapi.json",
         f"--checks={','.join(CHECKS)}",
-        "--phases=examples,fuzzing",
+        "--phases=examples,coverage,fuzzing",
         f"--max-examples={MAX_EXAMPLES}",
         f"--seed={SEED}",
         "--workers=1",
