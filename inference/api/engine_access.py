@@ -32,6 +32,15 @@ def json_body(request: HttpRequest) -> object:
         raise ApiError(422, "validation", f"The body is not valid JSON: {exc}") from None
 
 
+def overflows_context(engine: Engine, prompt_tokens: int, max_new_tokens: int | None) -> bool:
+    """True when an asked-for max_new_tokens cannot fit beside the prompt, as TGI and vLLM
+    refuse it. Without one, the engine caps the default by the room left; a prompt that
+    alone is too long is left to the engine's own refusal."""
+    if max_new_tokens is None or prompt_tokens >= engine.max_seq_len:
+        return False
+    return prompt_tokens + max_new_tokens > engine.max_seq_len
+
+
 def model_name() -> str:
     """The served model's id, as /v1/models and responses report it."""
     loaded = model_runtime.loaded

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from django.http import JsonResponse
 from pydantic import ValidationError
 
+from inference.api.openai_responses import OpenAIError
+from inference.api.tgi_responses import TgiError
 from inference.engine import EngineStopped, InvalidRequest, Overloaded
 
 
@@ -57,7 +59,7 @@ def with_retry_after(response: JsonResponse, error: ApiError) -> JsonResponse:
 
 def tgi_error(error: ApiError) -> JsonResponse:
     """TGI's error body: {"error", "error_type"}."""
-    body = {"error": error.message, "error_type": error.error_type}
+    body = TgiError(error=error.message, error_type=error.error_type).model_dump()
     return with_retry_after(JsonResponse(body, status=error.status), error)
 
 
@@ -69,13 +71,8 @@ OPENAI_TYPES = {
 }
 
 
-def openai_error_body(message: str, error_type: str = "invalid_request_error", code=None) -> dict:
-    """OpenAI's error body: {"error": {"message", "type", "param", "code"}}."""
-    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
-
-
 def openai_error(error: ApiError) -> JsonResponse:
     """An ApiError in OpenAI's shape (validation is 400 there, not 422)."""
     error_type, status = OPENAI_TYPES.get(error.error_type, ("server_error", error.status))
-    body = openai_error_body(error.message, error_type, code=error.error_type)
+    body = OpenAIError.of(error.message, error_type, code=error.error_type).model_dump()
     return with_retry_after(JsonResponse(body, status=status), error)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -17,8 +19,24 @@ from django.views.decorators.http import require_GET, require_POST
 from pydantic import BaseModel, ValidationError
 
 from inference.api.endpoint import api_endpoint
-from inference.api.engine_access import json_body, model_name, ready_engine
-from inference.api.errors import ApiError, from_exception, openai_error, openai_error_body
+from inference.api.engine_access import json_body, model_name, overflows_context, ready_engine
+from inference.api.errors import ApiError, from_exception, openai_error
+from inference.api.openai_responses import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatDelta,
+    ModelCard,
+    ModelList,
+    OpenAIError,
+    TextChoice,
+    TextChunkChoice,
+    TextCompletion,
+    TextCompletionChunk,
+    Usage,
+)
 from inference.api.openai_schema import ChatCompletionRequest, CompletionRequest, SamplingFields
 from inference.api.sse import sse_data, sse_response
 from inference.engine import EngineEvent, FinishReason
@@ -31,47 +49,91 @@ FINISH = {
 }
 
 
-def usage_json(final: EngineEvent) -> dict:
+def usage_of(final: EngineEvent) -> Usage:
     usage = final.usage
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
+    return Usage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.total_tokens,
+    )
 
 
 @dataclass
-class Exchange:
-    """What differs between chat and plain completions: ids, object names, choice shapes."""
+class Exchange(ABC):
+    """What differs between chat and plain completions: ids and the models of their bodies."""
 
     request: SamplingFields
     prompt_ids: list[int]
-    id_prefix: str
-    object_name: str
-    chunk_object: str
-    choice: Callable[[str], dict]
-    delta: Callable[[str, bool], dict]
     prefix: str = ""
+    id_prefix: ClassVar[str]
 
     def __post_init__(self) -> None:
         self.id = f"{self.id_prefix}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = model_name()
 
-    def envelope(self, object_name: str, choices: list[dict], **extra) -> dict:
-        return {
-            "id": self.id,
-            "object": object_name,
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-            **extra,
-        }
+    def envelope(self) -> dict:
+        return {"id": self.id, "created": self.created, "model": self.model}
+
+    @abstractmethod
+    def completion(self, text: str, finish: str, usage: Usage) -> BaseModel:
+        """The whole answer."""
+
+    @abstractmethod
+    def chunk(self, text: str, first: bool, finish: str | None) -> BaseModel:
+        """One stream chunk with one choice."""
+
+    @abstractmethod
+    def usage_chunk(self, usage: Usage) -> BaseModel:
+        """The last chunk when usage was asked for: no choices, only usage."""
+
+
+class ChatExchange(Exchange):
+    id_prefix = "chatcmpl"
+
+    def completion(self, text: str, finish: str, usage: Usage) -> ChatCompletion:
+        choice = ChatChoice(message=AssistantMessage(content=text), finish_reason=finish)
+        return ChatCompletion(**self.envelope(), choices=[choice], usage=usage)
+
+    def chunk(self, text: str, first: bool, finish: str | None) -> ChatCompletionChunk:
+        delta = ChatDelta(role="assistant" if first else None, content=text)
+        choice = ChatChunkChoice(delta=delta, finish_reason=finish)
+        return ChatCompletionChunk(**self.envelope(), choices=[choice])
+
+    def usage_chunk(self, usage: Usage) -> ChatCompletionChunk:
+        return ChatCompletionChunk(**self.envelope(), choices=[], usage=usage)
+
+
+class TextExchange(Exchange):
+    id_prefix = "cmpl"
+
+    def completion(self, text: str, finish: str, usage: Usage) -> TextCompletion:
+        choice = TextChoice(text=text, finish_reason=finish)
+        return TextCompletion(**self.envelope(), choices=[choice], usage=usage)
+
+    def chunk(self, text: str, first: bool, finish: str | None) -> TextCompletionChunk:
+        choice = TextChunkChoice(text=text, finish_reason=finish)
+        return TextCompletionChunk(**self.envelope(), choices=[choice])
+
+    def usage_chunk(self, usage: Usage) -> TextCompletionChunk:
+        return TextCompletionChunk(**self.envelope(), choices=[], usage=usage)
 
 
 def submit(exchange: Exchange):
     engine = ready_engine()
-    max_new = exchange.request.max_new_tokens or settings.TANDEM_DEFAULT_MAX_NEW_TOKENS
+    asked = exchange.request.max_new_tokens
+    prompt_tokens = len(exchange.prompt_ids)
+    if overflows_context(engine, prompt_tokens, asked):
+        field = exchange.request.max_new_tokens_field
+        raise ApiError(
+            400,
+            "validation",
+            f"This model's maximum context length is {engine.max_seq_len} tokens. However, you "
+            f"requested {prompt_tokens + asked} tokens ({prompt_tokens} in the prompt, {asked} "
+            f"in the completion). Please reduce the length of the prompt or {field}.",
+            rejected=True,
+        )
+    max_new = asked or settings.TANDEM_DEFAULT_MAX_NEW_TOKENS
     try:
         return engine.stream(exchange.prompt_ids, exchange.request.sampling_params(max_new))
     except Exception as exc:  # submission errors are HTTP errors before the stream starts
@@ -87,36 +149,33 @@ async def complete(exchange: Exchange) -> JsonResponse:
     if final is None or final.finish_reason not in FINISH:
         reason = final.error if final is not None and final.error else "generation did not finish"
         raise ApiError(500, "generation", reason)
-    choice = exchange.choice(exchange.prefix + final.full_text)
-    choice.update({"index": 0, "finish_reason": FINISH[final.finish_reason], "logprobs": None})
-    body = exchange.envelope(exchange.object_name, [choice], usage=usage_json(final))
-    return JsonResponse(body)
+    text = exchange.prefix + final.full_text
+    body = exchange.completion(text, FINISH[final.finish_reason], usage_of(final))
+    return JsonResponse(body.model_dump())
 
 
 async def stream_chunks(exchange: Exchange, stream) -> AsyncIterator[bytes]:
     include_usage = exchange.request.include_usage
-    extra = {"usage": None} if include_usage else {}
+    omit = None if include_usage else {"usage"}
 
-    def chunk(delta: dict, finish: str | None) -> bytes:
-        choice = {**delta, "index": 0, "finish_reason": finish, "logprobs": None}
-        return sse_data(exchange.envelope(exchange.chunk_object, [choice], **extra))
+    def chunk(text: str, first: bool, finish: str | None = None) -> bytes:
+        return sse_data(exchange.chunk(text, first, finish).model_dump(exclude=omit))
 
     async with stream:
-        yield chunk(exchange.delta(exchange.prefix, True), None)
+        yield chunk(exchange.prefix, True)
         async for event in stream:
             if event.finish_reason is FinishReason.ERROR:
                 message = event.error or "generation failed"
-                yield sse_data(openai_error_body(message, "server_error"))
+                yield sse_data(OpenAIError.of(message, "server_error").model_dump())
                 return
             if event.finish_reason is FinishReason.CANCELLED:
                 return
             if event.text:
-                yield chunk(exchange.delta(event.text, False), None)
+                yield chunk(event.text, False)
             if event.is_finished:
-                yield chunk(exchange.delta("", False), FINISH[event.finish_reason])
+                yield chunk("", False, FINISH[event.finish_reason])
                 if include_usage:
-                    final = exchange.envelope(exchange.chunk_object, [], usage=usage_json(event))
-                    yield sse_data(final)
+                    yield sse_data(exchange.usage_chunk(usage_of(event)).model_dump())
     yield sse_data("[DONE]")
 
 
@@ -134,7 +193,7 @@ def parse(schema: type[BaseModel], request: HttpRequest):
 
 
 def openai_auth_error(message: str) -> dict:
-    return openai_error_body(message, "authentication_error")
+    return OpenAIError.of(message, "authentication_error").model_dump()
 
 
 openai_endpoint = api_endpoint(openai_error, openai_auth_error)
@@ -148,16 +207,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     engine = ready_engine()
     messages = [{"role": m.role, "content": m.text} for m in body.messages]
     return await respond(
-        Exchange(
+        ChatExchange(
             request=body,
             prompt_ids=chat_prompt_ids(engine.tokenizer, messages),
-            id_prefix="chatcmpl",
-            object_name="chat.completion",
-            chunk_object="chat.completion.chunk",
-            choice=lambda text: {"message": {"role": "assistant", "content": text}},
-            delta=lambda text, first: {
-                "delta": {"role": "assistant", "content": text} if first else {"content": text}
-            },
         )
     )
 
@@ -169,14 +221,9 @@ async def completions(request: HttpRequest) -> HttpResponse:
     body = parse(CompletionRequest, request)
     engine = ready_engine()
     return await respond(
-        Exchange(
+        TextExchange(
             request=body,
             prompt_ids=engine.encode(body.prompt_text, add_special_tokens=True),
-            id_prefix="cmpl",
-            object_name="text_completion",
-            chunk_object="text_completion",
-            choice=lambda text: {"text": text},
-            delta=lambda text, first: {"text": text},
             prefix=body.prompt_text if body.echo else "",
         )
     )
@@ -187,5 +234,4 @@ async def completions(request: HttpRequest) -> HttpResponse:
 async def models(request: HttpRequest) -> HttpResponse:
     """GET /v1/models: the one model this process serves."""
     ready_engine()
-    entry = {"id": model_name(), "object": "model", "created": 0, "owned_by": "tandem"}
-    return JsonResponse({"object": "list", "data": [entry]})
+    return JsonResponse(ModelList(data=[ModelCard(id=model_name())]).model_dump())

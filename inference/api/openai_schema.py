@@ -1,4 +1,8 @@
-"""OpenAI's request schema for /v1/chat/completions and /v1/completions (the parts we serve)."""
+"""OpenAI's request schema for /v1/chat/completions and /v1/completions (the parts we serve).
+
+Strict, as OpenAI's is: `"top_k": true` or `"max_tokens": "5"` is a 400, not a coercion; a
+JSON integer is still a valid float (`"temperature": 1`).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ MAX_MESSAGES = 200
 class TextPart(BaseModel):
     """A content part; only text is understood by a text model."""
 
+    model_config = ConfigDict(strict=True)
+
     type: Literal["text"]
     text: str = Field(max_length=MAX_INPUT_CHARS)
 
@@ -23,7 +29,7 @@ class TextPart(BaseModel):
 class ChatMessage(BaseModel):
     """One message; `content` may be a string or a list of text parts."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart] | None = Field(None)
@@ -38,13 +44,15 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     include_usage: bool = False
 
 
 class SamplingFields(BaseModel):
     """The sampling knobs both endpoints share. OpenAI's defaults: temperature 1, top_p 1."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str = Field(min_length=1, max_length=200)
     temperature: float | None = Field(None, ge=0, le=2)
@@ -103,6 +111,11 @@ class ChatCompletionRequest(SamplingFields):
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    @property
+    def max_new_tokens_field(self) -> str:
+        """The field the limit came from, to name it in a refusal."""
+        return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
+
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] = Field(max_length=MAX_INPUT_CHARS)
@@ -124,3 +137,8 @@ class CompletionRequest(SamplingFields):
     @property
     def max_new_tokens(self) -> int | None:
         return self.max_tokens
+
+    @property
+    def max_new_tokens_field(self) -> str:
+        """The field the limit came from, to name it in a refusal."""
+        return "max_tokens"

@@ -1,8 +1,8 @@
 """GET /openapi.json: an OpenAPI 3.1 document of the public generation API.
 
-Request bodies come from the pydantic schemas the views validate with, so the document cannot
-drift from what is accepted; responses are written here, next to each other, in the shapes
-tgi.py and openai.py produce. tests/badinput fuzzes a real server against it.
+Request bodies come from the pydantic schemas the views validate with, and response bodies from
+the pydantic models the views build them with, so the document cannot drift from what is
+accepted or answered. tests/badinput fuzzes a real server against it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,33 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 from pydantic.json_schema import models_json_schema
 
+from inference.api.openai_responses import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ModelList,
+    OpenAIError,
+    TextCompletion,
+    TextCompletionChunk,
+)
 from inference.api.openai_schema import ChatCompletionRequest, CompletionRequest
+from inference.api.tgi_responses import TgiBatchAnswer, TgiError, TgiGenerated, TgiStreamEvent
 from inference.api.tgi_schema import BatchPrompt, BatchRequest, TgiRequest
 
 REF = "#/components/schemas/{model}"
+REQUESTS = [TgiRequest, BatchRequest, ChatCompletionRequest, CompletionRequest]
+# The stream payload models are listed so the document names the events' JSON, too.
+RESPONSES = [
+    TgiError,
+    TgiGenerated,
+    TgiBatchAnswer,
+    TgiStreamEvent,
+    OpenAIError,
+    ChatCompletion,
+    TextCompletion,
+    ChatCompletionChunk,
+    TextCompletionChunk,
+    ModelList,
+]
 
 
 def ref(name: str) -> dict:
@@ -28,80 +51,6 @@ def obj(required: list[str], **properties: dict) -> dict:
 
 
 STRING = {"type": "string"}
-INTEGER = {"type": "integer"}
-NULLABLE_STRING = {"type": ["string", "null"]}
-
-RESPONSE_SCHEMAS = {
-    "TgiError": obj(["error", "error_type"], error=STRING, error_type=STRING),
-    "TgiToken": obj(
-        ["id", "text", "logprob", "special"],
-        id=INTEGER,
-        text=STRING,
-        logprob={"type": "number"},
-        special={"type": "boolean"},
-    ),
-    "TgiDetails": obj(
-        ["finish_reason", "generated_tokens", "seed"],
-        finish_reason=STRING,
-        generated_tokens=INTEGER,
-        seed={"type": ["integer", "null"]},
-        prefill={"type": "array"},
-        tokens={"type": "array", "items": ref("TgiToken")},
-        top_tokens={"type": "null"},
-    ),
-    "TgiGenerated": obj(["generated_text"], generated_text=STRING, details=ref("TgiDetails")),
-    "TgiBatchAnswer": obj(
-        ["request_id", "generated_text", "finish_reason"],
-        request_id=STRING,
-        generated_text=STRING,
-        finish_reason=STRING,
-        error=STRING,
-    ),
-    "OpenAIError": obj(
-        ["error"],
-        error=obj(
-            ["message", "type", "param", "code"],
-            message=STRING,
-            type=STRING,
-            param={"type": "null"},
-            code=NULLABLE_STRING,
-        ),
-    ),
-    "Usage": obj(
-        ["prompt_tokens", "completion_tokens", "total_tokens"],
-        prompt_tokens=INTEGER,
-        completion_tokens=INTEGER,
-        total_tokens=INTEGER,
-    ),
-    "Completion": obj(
-        ["id", "object", "created", "model", "choices", "usage"],
-        id=STRING,
-        object={"enum": ["chat.completion", "text_completion"]},
-        created=INTEGER,
-        model=STRING,
-        choices={
-            "type": "array",
-            "minItems": 1,
-            "maxItems": 1,
-            "items": obj(["index", "finish_reason"], index=INTEGER, finish_reason=STRING),
-        },
-        usage=ref("Usage"),
-    ),
-    "ModelList": obj(
-        ["object", "data"],
-        object={"const": "list"},
-        data={
-            "type": "array",
-            "items": obj(
-                ["id", "object", "created", "owned_by"],
-                id=STRING,
-                object={"const": "model"},
-                created=INTEGER,
-                owned_by=STRING,
-            ),
-        },
-    ),
-}
 
 # Schemathesis checks each parsed event ({"data", "event"}) against an event stream's schema.
 SSE_EVENT = obj(["data"], data=STRING, event=STRING, id=STRING)
@@ -154,20 +103,20 @@ def tgi_single(op_id: str, summary: str, ok: dict) -> dict:
     return operation(op_id, summary, body(ref("TgiRequest")), {"200": ok, **TGI_ERRORS})
 
 
-def openai_post(op_id: str, summary: str, request: str) -> dict:
+def openai_post(op_id: str, summary: str, request: str, response: str) -> dict:
     ok = {
-        "description": "the completion, or its chunks as server-sent events when stream is true",
-        "content": {**json_content(ref("Completion")), **SSE},
+        "description": f"the completion, or {response}Chunk events when stream is true",
+        "content": {**json_content(ref(response)), **SSE},
     }
     return operation(op_id, summary, body(ref(request)), {"200": ok, **OPENAI_ERRORS})
 
 
 @cache
 def document() -> dict:
-    """The whole document; request schemas are generated from the pydantic models."""
-    models = [TgiRequest, BatchRequest, ChatCompletionRequest, CompletionRequest]
-    _, generated = models_json_schema([(m, "validation") for m in models], ref_template=REF)
-    schemas = {**generated["$defs"], **RESPONSE_SCHEMAS}
+    """The whole document; every body schema is generated from the pydantic models."""
+    models = [(m, "validation") for m in REQUESTS] + [(m, "serialization") for m in RESPONSES]
+    _, generated = models_json_schema(models, ref_template=REF)
+    schemas = generated["$defs"]
     generate_body = {
         "anyOf": [
             ref("TgiRequest"),
@@ -178,7 +127,7 @@ def document() -> dict:
     generated_or_batch = {
         "oneOf": [ref("TgiGenerated"), {"type": "array", "items": ref("TgiBatchAnswer")}]
     }
-    stream_ok = {"description": "one event per token", "content": SSE}
+    stream_ok = {"description": "one TgiStreamEvent per token", "content": SSE}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -224,10 +173,14 @@ def document() -> dict:
                 "post": tgi_single("tgiGenerateStream", "Server-sent events", stream_ok)
             },
             "/v1/chat/completions": {
-                "post": openai_post("chatCompletions", "OpenAI chat", "ChatCompletionRequest")
+                "post": openai_post(
+                    "chatCompletions", "OpenAI chat", "ChatCompletionRequest", "ChatCompletion"
+                )
             },
             "/v1/completions": {
-                "post": openai_post("completions", "OpenAI completions", "CompletionRequest")
+                "post": openai_post(
+                    "completions", "OpenAI completions", "CompletionRequest", "TextCompletion"
+                )
             },
             "/v1/models": {
                 "get": operation(

@@ -16,39 +16,61 @@ from django.views.decorators.http import require_POST
 from pydantic import ValidationError
 
 from inference.api.endpoint import api_endpoint
-from inference.api.engine_access import json_body, ready_engine
+from inference.api.engine_access import json_body, overflows_context, ready_engine
 from inference.api.errors import ApiError, from_exception, tgi_error
 from inference.api.sse import sse_data, sse_response
-from inference.api.tgi_schema import BatchRequest, TgiRequest
+from inference.api.tgi_responses import (
+    TgiBatchAnswer,
+    TgiDetails,
+    TgiError,
+    TgiGenerated,
+    TgiStreamDetails,
+    TgiStreamEvent,
+    TgiToken,
+)
+from inference.api.tgi_schema import BatchRequest, TgiParameters, TgiRequest
 from inference.engine import Engine, EngineEvent, FinishReason, SamplingParams
 
 BATCH_TIMEOUT = 600
 
 
 def tgi_auth_error(message: str) -> dict:
-    return {"error": message, "error_type": "authentication"}
+    return TgiError(error=message, error_type="authentication").model_dump()
 
 
-def token_json(event: EngineEvent) -> dict:
+def token_of(event: EngineEvent) -> TgiToken:
     """TGI's token object. `text` is the piece to show, so pieces add up to the answer."""
-    return {
-        "id": event.token_id,
-        "text": event.text,
-        "logprob": event.logprob if event.logprob is not None else 0.0,
-        "special": event.special,
-    }
+    logprob = event.logprob if event.logprob is not None else 0.0
+    return TgiToken(id=event.token_id, text=event.text, logprob=logprob, special=event.special)
 
 
-def details_json(final: EngineEvent, params: SamplingParams, tokens: list[dict] | None) -> dict:
-    """TGI's `details` (the stream's final event omits prefill and tokens)."""
-    details: dict = {
-        "finish_reason": final.finish_reason.value,
-        "generated_tokens": final.usage.completion_tokens,
-        "seed": params.seed if params.do_sample else None,
-    }
-    if tokens is not None:
-        details.update({"prefill": [], "tokens": tokens, "top_tokens": None})
-    return details
+def stream_details(final: EngineEvent, params: SamplingParams) -> TgiStreamDetails:
+    """The stream's final `details`; the seed only when the request sampled."""
+    return TgiStreamDetails(
+        finish_reason=final.finish_reason.value,
+        generated_tokens=final.usage.completion_tokens,
+        seed=params.seed if params.do_sample else None,
+    )
+
+
+def details_of(final: EngineEvent, params: SamplingParams, tokens: list[TgiToken]) -> TgiDetails:
+    """/generate's `details`: the stream's, with every token."""
+    summary = stream_details(final, params)
+    return TgiDetails(**dict(summary), prefill=[], tokens=tokens)
+
+
+def check_context(engine: Engine, prompt_tokens: int, parameters: TgiParameters) -> None:
+    """TGI's 422 for `max_new_tokens` that cannot fit beside the (truncated) prompt."""
+    if parameters.truncate is not None:
+        prompt_tokens = min(prompt_tokens, parameters.truncate)
+    if overflows_context(engine, prompt_tokens, parameters.max_new_tokens):
+        raise ApiError(
+            422,
+            "validation",
+            f"`inputs` tokens + `max_new_tokens` must be <= {engine.max_seq_len}. Given: "
+            f"{prompt_tokens} `inputs` tokens and {parameters.max_new_tokens} `max_new_tokens`",
+            rejected=True,
+        )
 
 
 class Submission:
@@ -59,6 +81,7 @@ class Submission:
         self.engine = engine
         self.params = request.parameters.to_sampling_params(settings.TANDEM_DEFAULT_MAX_NEW_TOKENS)
         self.prompt_ids = engine.encode(request.inputs, add_special_tokens=True)
+        check_context(engine, len(self.prompt_ids), request.parameters)
 
     def full_text(self, text: str) -> str:
         return self.request.inputs + text if self.request.parameters.return_full_text else text
@@ -80,12 +103,12 @@ def parse_single(body: object) -> Submission:
 
 async def run_to_completion(submission: Submission) -> dict:
     """Collect a whole generation; TGI's /generate body."""
-    tokens: list[dict] = []
+    tokens: list[TgiToken] = []
     final: EngineEvent | None = None
     async with submission.open() as stream:
         async for event in stream:
             if event.token_id is not None:
-                tokens.append(token_json(event))
+                tokens.append(token_of(event))
             if event.is_finished:
                 final = event
     if final is None or final.finish_reason is FinishReason.ERROR:
@@ -93,10 +116,11 @@ async def run_to_completion(submission: Submission) -> dict:
         raise ApiError(424, "generation", message)
     if final.finish_reason is FinishReason.CANCELLED:
         raise ApiError(424, "generation", "the generation was cancelled")
-    body: dict = {"generated_text": submission.full_text(final.full_text)}
+    details = None
     if submission.request.parameters.details:
-        body["details"] = details_json(final, submission.params, tokens)
-    return body
+        details = details_of(final, submission.params, tokens)
+    text = submission.full_text(final.full_text)
+    return TgiGenerated(generated_text=text, details=details).model_dump()
 
 
 async def stream_events(submission: Submission, stream) -> AsyncIterator[bytes]:
@@ -104,23 +128,21 @@ async def stream_events(submission: Submission, stream) -> AsyncIterator[bytes]:
     async with stream:
         async for event in stream:
             if event.finish_reason is FinishReason.ERROR:
-                yield sse_data({"error": event.error, "error_type": "generation"})
+                yield sse_data(TgiError(error=event.error, error_type="generation").model_dump())
                 return
             if event.token_id is None:
                 return  # cancelled: nothing more to say
             final = event.is_finished
             details = None
             if final and submission.request.parameters.details:
-                details = details_json(event, submission.params, None)
-            yield sse_data(
-                {
-                    "index": event.index + 1,
-                    "token": token_json(event),
-                    "top_tokens": None,
-                    "generated_text": submission.full_text(event.full_text) if final else None,
-                    "details": details,
-                }
+                details = stream_details(event, submission.params)
+            payload = TgiStreamEvent(
+                index=event.index + 1,
+                token=token_of(event),
+                generated_text=submission.full_text(event.full_text) if final else None,
+                details=details,
             )
+            yield sse_data(payload.model_dump())
 
 
 def open_stream(submission: Submission) -> HttpResponse:
@@ -140,22 +162,23 @@ async def generate_batch(body: object) -> JsonResponse:
         (None, engine.encode(item.prompt, add_special_tokens=True), params)
         for item in batch.prompts
     ]
+    for _, prompt_ids, _ in requests:
+        check_context(engine, len(prompt_ids), batch.parameters)
     try:
         results = await asyncio.to_thread(engine.generate_batch, requests, BATCH_TIMEOUT)
     except TimeoutError as exc:
         raise ApiError(424, "generation", str(exc)) from None
     except Exception as exc:
         raise from_exception(exc) from exc
-    answers = []
-    for item, result in zip(batch.prompts, results, strict=True):
-        answer = {
-            "request_id": item.request_id,
-            "generated_text": result.text,
-            "finish_reason": result.finish_reason.value,
-        }
-        if result.error:
-            answer["error"] = result.error
-        answers.append(answer)
+    answers = [
+        TgiBatchAnswer(
+            request_id=item.request_id,
+            generated_text=result.text,
+            finish_reason=result.finish_reason.value,
+            error=result.error or None,
+        ).model_dump()
+        for item, result in zip(batch.prompts, results, strict=True)
+    ]
     return JsonResponse(answers, safe=False)
 
 

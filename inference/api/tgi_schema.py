@@ -1,4 +1,8 @@
-"""Hugging Face TGI's request schema for /generate, /generate_stream and the root route."""
+"""Hugging Face TGI's request schema for /generate, /generate_stream and the root route.
+
+Strict, as TGI's own (serde) parsing is: `true` is not a number and `"5"` is not an integer;
+a JSON integer is still a valid float.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ MAX_BATCH_PROMPTS = 64
 class TgiParameters(BaseModel):
     """TGI's `parameters`. Features Tandem does not implement are refused, not ignored."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     max_new_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0)
@@ -81,7 +85,7 @@ class TgiParameters(BaseModel):
 class TgiRequest(BaseModel):
     """`{"inputs", "parameters", "stream"}`."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     inputs: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     parameters: TgiParameters = Field(default_factory=TgiParameters)
@@ -91,7 +95,7 @@ class TgiRequest(BaseModel):
 class BatchPrompt(BaseModel):
     """One prompt of the lecture's batch form, with the id that routes its answer back."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, strict=True)
 
     request_id: str = Field(alias="id", min_length=1, max_length=200)
     prompt: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
@@ -99,6 +103,8 @@ class BatchPrompt(BaseModel):
 
 class BatchRequest(BaseModel):
     """`{"prompts": [{"request_id"|"id", "prompt"}, ...], "parameters": {...}}` or a bare list."""
+
+    model_config = ConfigDict(strict=True)
 
     prompts: list[BatchPrompt] = Field(min_length=1, max_length=MAX_BATCH_PROMPTS)
     parameters: TgiParameters = Field(default_factory=TgiParameters)

@@ -2,7 +2,9 @@
 
 The server's context is cut to a few dozen tokens so every generated request finishes in
 moments: the run is bounded by examples per operation, not by wall time. Every response must
-be a documented status with a documented content type and body, and none may be a 5xx.
+be a documented status with a documented content type and body, and none may be a 5xx. The
+coverage phase sends bodies that break the schema (a boolean for an integer, a number past a
+bound, a missing field): every one must be refused with a 4xx (negative_data_rejection).
 """
 
 from __future__ import annotations
@@ -21,11 +23,20 @@ pytestmark = [pytest.mark.model, pytest.mark.django_db(transaction=True)]
 
 MAX_EXAMPLES = 10
 SEED = 20261129
+OPERATIONS = {
+    "POST /",
+    "POST /generate",
+    "POST /generate_stream",
+    "POST /v1/chat/completions",
+    "POST /v1/completions",
+    "GET /v1/models",
+}
 CHECKS = (
     "not_a_server_error",
     "status_code_conformance",
     "content_type_conformance",
     "response_schema_conformance",
+    "negative_data_rejection",
 )
 
 
@@ -50,15 +61,10 @@ def test_the_document_is_served_and_names_every_public_route(fuzz_server):
     status, headers, document = get(f"{fuzz_server.url}/openapi.json")
     assert status == 200 and headers["Content-Type"] == "application/json"
     assert document["openapi"].startswith("3.1")
-    operations = {(path, method) for path, item in document["paths"].items() for method in item}
-    assert operations == {
-        ("/", "post"),
-        ("/generate", "post"),
-        ("/generate_stream", "post"),
-        ("/v1/chat/completions", "post"),
-        ("/v1/completions", "post"),
-        ("/v1/models", "get"),
+    operations = {
+        f"{method.upper()} {path}" for path, item in document["paths"].items() for method in item
     }
+    assert operations == OPERATIONS
     parameters = document["components"]["schemas"]["TgiParameters"]["properties"]
     assert parameters["top_p"]["anyOf"][0] == {
         "exclusiveMinimum": 0,
@@ -85,7 +91,7 @@ def test_fuzzing_the_documented_api_gets_no_server_error(fuzz_server, tmp_path):
         "run",
         f"{fuzz_server.url}/openapi.json",
         f"--checks={','.join(CHECKS)}",
-        "--phases=examples,fuzzing",
+        "--phases=examples,coverage,fuzzing",
         f"--max-examples={MAX_EXAMPLES}",
         f"--seed={SEED}",
         "--workers=1",
@@ -112,7 +118,15 @@ def test_fuzzing_the_documented_api_gets_no_server_error(fuzz_server, tmp_path):
         print(f"  {operation}: {dict(sorted(counts.items()))}")
     assert result.returncode == 0, result.stdout[-6000:]
     assert server_errors == 0
-    assert len(histogram) == 6
-    assert all(any(200 <= code < 300 for code in counts) for counts in histogram.values())
-    posts = [counts for operation, counts in histogram.items() if operation.startswith("POST")]
+    documented = {op: counts for op, counts in histogram.items() if op in OPERATIONS}
+    assert set(documented) == OPERATIONS
+    assert all(any(200 <= code < 300 for code in counts) for counts in documented.values())
+    # The coverage phase also tries undocumented methods on the API's paths ("/" is the chat).
+    probes = [
+        counts
+        for op, counts in histogram.items()
+        if op not in OPERATIONS and op.split()[1] in {o.split()[1] for o in OPERATIONS} - {"/"}
+    ]
+    assert probes and all(set(counts) == {405} for counts in probes)
+    posts = [counts for operation, counts in documented.items() if operation.startswith("POST")]
     assert all(any(400 <= code < 500 for code in counts) for counts in posts)
