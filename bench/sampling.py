@@ -12,16 +12,17 @@ arithmetic Tandem's sampler used before it took the nucleus from a top-k — and
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from dataclasses import replace
 
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 from bench.workload import chat_prompts
+from chat.sampling import chat_sampling
 from inference.engine.sampling import RequestSampler, SamplingParams
 from inference.provisioning import loading
-
-CHAT = SamplingParams(do_sample=True, temperature=0.3, top_p=0.9, seed=0)  # chat/services.py
 
 
 def last_logits(model, tokenizer, rows: int) -> torch.Tensor:
@@ -45,20 +46,28 @@ def per_row_ms(fn, rows: int, repeats: int) -> float:
     return sorted(times)[len(times) // 2] * 1000 / rows
 
 
-def hf_step(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def chat_params() -> SamplingParams:
+    """The chat's own sampling (chat/sampling.py, from the settings), seeded for the bench."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")  # read on first use
+    return replace(chat_sampling(), seed=0)
+
+
+def hf_step(
+    params: SamplingParams, logits: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """One step of HF sampling over the batch: warpers, softmax, multinomial."""
     ids = torch.zeros((logits.shape[0], 1), dtype=torch.long)
-    scores = TemperatureLogitsWarper(CHAT.temperature)(ids, logits)
-    scores = TopPLogitsWarper(CHAT.top_p)(ids, scores)
+    scores = TemperatureLogitsWarper(params.temperature)(ids, logits)
+    scores = TopPLogitsWarper(params.top_p)(ids, scores)
     return torch.multinomial(scores.softmax(-1), 1, generator=generator)
 
 
-def compare(batch: torch.Tensor, repeats: int) -> tuple[float, float]:
+def compare(params: SamplingParams, batch: torch.Tensor, repeats: int) -> tuple[float, float]:
     """ms per row for HF's batched sampling and for Tandem's samplers, on the same rows."""
     rows, vocab = batch.shape
     generator = torch.Generator().manual_seed(0)
-    samplers = [RequestSampler(CHAT, [0], vocab, torch.device("cpu")) for _ in range(rows)]
-    hf = per_row_ms(lambda: hf_step(batch.clone(), generator), rows, repeats)
+    samplers = [RequestSampler(params, [0], vocab, torch.device("cpu")) for _ in range(rows)]
+    hf = per_row_ms(lambda: hf_step(params, batch.clone(), generator), rows, repeats)
     ours = per_row_ms(
         lambda: [s.sample(row) for s, row in zip(samplers, batch, strict=True)], rows, repeats
     )
@@ -72,14 +81,18 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
+    params = chat_params()
     loaded = loading.load(args.model, args.dtype)
     logits = last_logits(loaded.model, loaded.tokenizer, max(args.rows))
     vocab = logits.shape[-1]
-    print(f"vocabulary {vocab}, temperature {CHAT.temperature}, top_p {CHAT.top_p}")
+    print(
+        f"vocabulary {vocab}, temperature {params.temperature}, top_p {params.top_p}, "
+        f"repetition_penalty {params.repetition_penalty}"
+    )
     print("| rows | HF warpers + multinomial, ms/row | Tandem sampler, ms/row | ratio |")
     print("|---:|---:|---:|---:|")
     for rows in args.rows:
-        hf, ours = compare(logits[:rows].clone(), args.repeats)
+        hf, ours = compare(params, logits[:rows].clone(), args.repeats)
         print(f"| {rows} | {hf:.2f} | {ours:.2f} | {hf / ours:.1f}× |", flush=True)
 
 

@@ -11,6 +11,6 @@ class ChatConfig(AppConfig):
     def ready(self) -> None:
         from prometheus_client import REGISTRY
 
-        from chat.metrics import ChatMediaCollector
+        from chat.metrics import collector
 
-        REGISTRY.register(ChatMediaCollector())  # /metrics reads it from Redis when scraped
+        REGISTRY.register(collector)  # /metrics reads it from Redis when scraped

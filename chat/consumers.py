@@ -10,6 +10,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocke
 
 from chat.events import group_name
 from chat.models import Conversation
+from chat.resume import Resume
 from chat.snapshot import conversation_snapshot
 
 UNAUTHENTICATED = 4401
@@ -44,11 +45,8 @@ def owned(user, conversation_id: int) -> bool:
 
 
 class ConversationConsumer(AsyncWebsocketConsumer):
-    """Live events of one conversation for its owner: a snapshot, then the live tail.
-
-    Deltas at or below the snapshot's per-part sequence number are dropped, so a reconnect
-    neither loses nor repeats text.
-    """
+    """Live events of one conversation for its owner: a snapshot, then the live tail, by the
+    resume protocol of `chat.resume`."""
 
     async def connect(self) -> None:
         user = self.scope["user"]
@@ -67,7 +65,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         await self.accept()
         log.info("websocket joined conversation %s", self.conversation_id)
         messages = await database_sync_to_async(conversation_snapshot)(self.conversation_id)
-        self.seen = {p["id"]: p["seq"] for m in messages for p in m["parts"]}
+        self.resume = Resume(part for message in messages for part in message["parts"])
         await self.send_event({"type": "snapshot", "messages": messages})
 
     async def disconnect(self, code: int) -> None:
@@ -89,16 +87,8 @@ class ConversationConsumer(AsyncWebsocketConsumer):
     async def send_event(self, event: dict) -> None:
         await self.send(text_data=json.dumps(event))
 
-    async def part_delta(self, event: dict) -> None:
-        if event["seq"] <= self.seen.get(event["part_id"], 0):
-            return
-        self.seen[event["part_id"]] = event["seq"]
-        await self.send_event(event)
+    async def live_event(self, event: dict) -> None:
+        if self.resume.admit(event):
+            await self.send_event(event)
 
-    async def part_state(self, event: dict) -> None:
-        part = event["part"]
-        self.seen[part["id"]] = max(self.seen.get(part["id"], 0), part["seq"])
-        await self.send_event(event)
-
-    async def message_state(self, event: dict) -> None:
-        await self.send_event(event)
+    part_delta = part_state = message_state = live_event

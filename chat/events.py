@@ -68,12 +68,14 @@ def message_state_event(message_id: int, states: list[str]) -> dict:
     return {"type": "message.state", "message_id": message_id, "status": message_status(states)}
 
 
-def delta_event(part: Part, seq: int, text: str, emitted: float | None = None) -> dict:
+def delta_event(
+    part_id: int, message_id: int, seq: int, text: str, emitted: float | None = None
+) -> dict:
     """A text piece; `t` is when the engine emitted it (time.time()), for bench/stream.py."""
     event = {
         "type": "part.delta",
-        "part_id": part.pk,
-        "message_id": part.message_id,
+        "part_id": part_id,
+        "message_id": message_id,
         "seq": seq,
         "text": text,
     }

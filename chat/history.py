@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chat.models import Message, Part
-from inference.provisioning.prompting import chat_prompt_ids
 
 SYSTEM = "You are Tandem, a helpful assistant. Answer clearly and concisely."
 
@@ -38,8 +37,19 @@ def transcript(conversation_id: int, up_to_position: int) -> list[dict]:
     return turns
 
 
+def user_words(reply: Message) -> str:
+    """The user's words that `reply` answers (the message just before it); an image's prompt."""
+    asked = Message.objects.filter(
+        conversation_id=reply.conversation_id, position=reply.position - 1
+    ).first()
+    return asked.text if asked else ""
+
+
 def build(tokenizer, conversation_id: int, up_to_position: int, budget: int) -> Prompt:
     """Prompt ids within `budget` tokens, dropping the oldest turns first (never the last)."""
+    # Imported here: it loads transformers, which Celery workers (they read user_words) never need.
+    from inference.provisioning.prompting import chat_prompt_ids
+
     turns = transcript(conversation_id, up_to_position)
     system = [{"role": "system", "content": SYSTEM}]
     dropped = 0

@@ -10,10 +10,14 @@ into the database, and a reconnecting client then gets the last saved text.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import redis
 
 from config.redis_client import redis_client
+
+if TYPE_CHECKING:
+    from chat.models import Part
 
 log = logging.getLogger(__name__)
 KEY = "tandem:part-deltas:{}"
@@ -47,3 +51,9 @@ def tail(part_id: int, after_seq: int) -> list[str]:
     """Deltas after `after_seq` (1-based sequence numbers); empty when Redis is away."""
     items = _quietly("read", part_id, lambda r: r.lrange(KEY.format(part_id), after_seq, -1))
     return [item.decode() for item in items or []]
+
+
+def streamed(part: Part) -> tuple[str, int]:
+    """All the text a browser was shown and its seq: the saved text plus the tail after it."""
+    pieces = tail(part.pk, part.seq)
+    return part.text + "".join(pieces), part.seq + len(pieces)

@@ -1,4 +1,4 @@
-"""Chat and media counters for /metrics, kept in Redis so that every process adds to them.
+"""Chat counters for /metrics, kept in Redis so that every process adds to them.
 
 Why Redis and not the alternatives:
 - prometheus_client's in-process counters live in one process, but images are drawn and the
@@ -13,14 +13,15 @@ atomic, from any process on any host), after the change has committed, and the c
 reads the whole hash with one HGETALL when Prometheus scrapes the web process. The counts
 never go down; they restart from zero only if Redis loses its data, which Prometheus reads
 as a counter reset, like a process restart. An event that cannot reach Redis is not counted
-and is logged; it never fails the caller.
+and is logged; it never fails the caller. Other apps (media) record into the same hash with
+`record` and add their families to the one collector, so a scrape stays one round trip.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import redis
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 KEY = "tandem:metrics"
 IMAGE_SECONDS_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 90.0, 120.0, 300.0)
-RETRY_REASONS = ("transient", "redelivered", "user")
+Families = Callable[[dict[str, float]], Iterable[Metric]]
 
 
 def final_states(kind: str) -> list[str]:
@@ -43,7 +44,7 @@ def final_states(kind: str) -> list[str]:
     return sorted(reachable & TERMINAL)
 
 
-def _record(what: str, write: Callable[[redis.client.Pipeline], object]) -> None:
+def record(what: str, write: Callable[[redis.client.Pipeline], object]) -> None:
     """Apply `write` to the hash in one MULTI, so a scrape never sees half an observation."""
     try:
         pipe = redis_client().pipeline(transaction=True)
@@ -56,7 +57,7 @@ def _record(what: str, write: Callable[[redis.client.Pipeline], object]) -> None
 def turn_created(wants_image: bool) -> None:
     """A turn was committed: one more assistant reply."""
     field = f"turns:{str(wants_image).lower()}"
-    _record("turns", lambda pipe: pipe.hincrby(KEY, field, 1))
+    record("turns", lambda pipe: pipe.hincrby(KEY, field, 1))
 
 
 def part_finished(part: Part) -> None:
@@ -70,23 +71,11 @@ def part_finished(part: Part) -> None:
             pipe.hincrby(KEY, f"image_seconds:{part.state}:{bucket}", 1)
             pipe.hincrbyfloat(KEY, f"image_seconds:{part.state}:sum", seconds)
 
-    _record("parts finished", write)
-
-
-def image_retried(reason: str) -> None:
-    """An image starts again: after a transient error, a lost worker, or the user's retry."""
-    _record("image retries", lambda pipe: pipe.hincrby(KEY, f"retries:{reason}", 1))
-
-
-def sweeper_action(action: str) -> None:
-    """The sweeper repaired a part."""
-    _record("sweeper actions", lambda pipe: pipe.hincrby(KEY, f"sweeper:{action}", 1))
+    record("parts finished", write)
 
 
 def families(values: dict[str, float]) -> Iterator[Metric]:
-    """The metric families from the hash's fields; every known label set, zero when unseen."""
-    from media.models import SweeperAction
-
+    """The chat's families from the hash's fields; every known label set, zero when unseen."""
     turns = CounterMetricFamily(
         "tandem_chat_turns",
         "Assistant replies started, by whether an image was asked for.",
@@ -124,30 +113,24 @@ def families(values: dict[str, float]) -> Iterator[Metric]:
         durations.add_metric([state], buckets=buckets, sum_value=total)
     yield durations
 
-    retries = CounterMetricFamily(
-        "tandem_media_image_retries",
-        "Images started again: transient (a Celery retry after a transient error), "
-        "redelivered (its worker died), user (the retry button or the admin).",
-        labels=["reason"],
-    )
-    for reason in RETRY_REASONS:
-        retries.add_metric([reason], values.get(f"retries:{reason}", 0))
-    yield retries
 
-    sweeps = CounterMetricFamily(
-        "tandem_media_sweeper_actions", "Repairs made by the sweeper.", labels=["action"]
-    )
-    for action in SweeperAction.Action.values:
-        sweeps.add_metric([action], values.get(f"sweeper:{action}", 0))
-    yield sweeps
+class CounterCollector(Collector):
+    """Reads the counters from Redis when Prometheus scrapes; one round trip for every app."""
 
+    def __init__(self) -> None:
+        self.sources: list[Families] = [families]
 
-class ChatMediaCollector(Collector):
-    """Reads the counters from Redis when Prometheus scrapes; one round trip."""
+    def add(self, source: Families) -> None:
+        """Add another app's families, built from the same hash's fields."""
+        self.sources.append(source)
+
+    def families(self, values: dict[str, float]) -> Iterator[Metric]:
+        for source in self.sources:
+            yield from source(values)
 
     def describe(self) -> Iterator[Metric]:
         """The families without asking Redis (prometheus_client calls this on register)."""
-        return families({})
+        return self.families({})
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -155,4 +138,7 @@ class ChatMediaCollector(Collector):
         except redis.RedisError as exc:
             log.warning("chat and media metrics left out of this scrape: %s", exc)
             return iter(())
-        return families({field.decode(): float(value) for field, value in raw.items()})
+        return self.families({field.decode(): float(value) for field, value in raw.items()})
+
+
+collector = CounterCollector()

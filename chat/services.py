@@ -1,6 +1,7 @@
-"""Business logic of the chat: every state change happens here and tells the browser.
+"""The turn's orchestration: create a turn, start its text, stop it, fail it for an operator.
 
-Views, consumers, Celery tasks and admin actions stay thin and call these functions.
+Only views, consumers and admin actions call these. Every part change goes through
+`chat.parts`, which saves it and tells the browser; the image side is `media.services`.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from chat import events, heartbeat, history, live_text, metrics
+from chat import heartbeat, history, live_text, metrics
 from chat.models import Conversation, Message, Part
-from chat.states import TERMINAL, can_transition
+from chat.parts import part_transition
 from config.logging import bind as bind_log_ids
 from config.logging import bound as log_ids_scope
+from inference.provisioning.runtime import model_runtime
+from media.services import image_cancel, image_enqueue
 
 if TYPE_CHECKING:  # the engine (torch) is imported lazily: Celery workers never need it
     from inference.engine import Engine
@@ -28,51 +31,6 @@ log = logging.getLogger(__name__)
 # the engine's queue: concurrent requests would otherwise all pass the checks at once (200 at
 # once let 112 through a per-user limit of 3 and past the engine's waiting places).
 ADMISSION = threading.Lock()
-
-
-def part_transition(
-    part_id: int, target: str, *, expect: str | None = None, **fields
-) -> Part | None:
-    """Move a part to `target` if its state machine allows it, saving `fields` with it.
-
-    The row is locked for the check, so two concurrent callers (a redelivered task, a sweeper,
-    a user's retry) never both win: the loser gets None and changes nothing. `expect` makes
-    the move conditional on the state the caller saw, for moves like running → running that
-    two callers could otherwise both make. After commit the new part state and the message's
-    derived status go to the browser.
-    """
-    with transaction.atomic():
-        part = Part.objects.select_for_update().filter(pk=part_id).first()
-        if part is None or not can_transition(part.kind, part.state, target):
-            return None
-        if expect is not None and part.state != expect:
-            return None
-        previous = part.state
-        part.state = target
-        for name, value in fields.items():
-            setattr(part, name, value)
-        part.save()
-        transaction.on_commit(lambda: announce(part))
-        if target in TERMINAL:
-            transaction.on_commit(lambda: metrics.part_finished(part))
-    ids = {"part_id": part.pk, "message_id": part.message_id}
-    log.info("part %s %s: %s -> %s", part.pk, part.kind, previous, target, extra=ids)
-    return part
-
-
-def part_update(part: Part, **fields) -> None:
-    """Save non-state fields (progress, text so far) of a part whose state is unchanged."""
-    for name, value in fields.items():
-        setattr(part, name, value)
-    Part.objects.filter(pk=part.pk).update(**fields, updated_at=timezone.now())
-
-
-def announce(part: Part) -> None:
-    """Tell the conversation's browsers a part's state and its message's status."""
-    conversation_id = part.message.conversation_id
-    events.send(conversation_id, events.part_state_event(part))
-    states = list(Part.objects.filter(message_id=part.message_id).values_list("state", flat=True))
-    events.send(conversation_id, events.message_state_event(part.message_id, states))
 
 
 class TurnRefused(Exception):
@@ -95,7 +53,12 @@ def turns_in_flight(user) -> int:
     )
 
 
-def check_turn(user, text: str) -> Engine:
+def current_engine() -> Engine | None:
+    """This process's engine, None while it loads."""
+    return model_runtime.engine
+
+
+def check_turn(user, text: str, engine: Engine | None) -> None:
     """Refuse before anything is written: bad input, too many turns, no engine, busy engine."""
     text = text.strip()
     if not text:
@@ -113,15 +76,11 @@ def check_turn(user, text: str) -> Engine:
             "wait for one to finish.",
             retry_after=5,
         )
-    from inference.provisioning.runtime import model_runtime
-
-    engine = model_runtime.engine
     if engine is None:
         raise TurnRefused(503, "The model is still loading; try again in a few seconds.", 5)
     stats = engine.stats()
     if stats.waiting >= engine.config.max_waiting:
         raise TurnRefused(429, "The engine is busy right now; try again in a few seconds.", 5)
-    return engine
 
 
 def turn_create(user, conversation: Conversation, text: str, wants_image: bool) -> Message:
@@ -129,12 +88,14 @@ def turn_create(user, conversation: Conversation, text: str, wants_image: bool) 
 
     One transaction writes everything (text part at 0, image part at 1 when asked); only
     after it commits is the text submitted to the engine and the image task enqueued, so
-    neither can race ahead of rows that do not exist yet.
+    neither can race ahead of rows that do not exist yet. The reply comes back as the text's
+    start left it (`history_truncated` set when old turns were dropped from the prompt).
     """
     text = text.strip()
-    check_turn(user, text)  # the common refusals, before queueing for the admission lock
+    engine = current_engine()
+    check_turn(user, text, engine)  # the common refusals, before queueing for the admission lock
     with log_ids_scope(), ADMISSION, transaction.atomic():
-        engine = check_turn(user, text)  # again: no other turn of this process is half-way now
+        check_turn(user, text, engine)  # again: no other turn of this process is half-way now
         conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
         position = conversation.messages.count()
         Message.objects.create(
@@ -163,8 +124,6 @@ def turn_create(user, conversation: Conversation, text: str, wants_image: bool) 
         conversation.save()
         transaction.on_commit(lambda: text_start(engine, text_part))
         if wants_image:
-            from media.services import image_enqueue
-
             transaction.on_commit(lambda: image_enqueue(parts[1]))
         transaction.on_commit(lambda: metrics.turn_created(wants_image))
     ids = {"message_id": reply.pk}
@@ -173,22 +132,22 @@ def turn_create(user, conversation: Conversation, text: str, wants_image: bool) 
 
 
 def text_start(engine: Engine, part: Part) -> None:
-    """Build the prompt and submit it; the writer thread streams the result."""
+    """Build the prompt and submit it; the writer thread streams the result.
+
+    `part.message` (the caller's reply) gets `history_truncated` as saved.
+    """
+    # Imported here: they load torch, which Celery workers importing this module never need.
     from chat import text_stream
-    from inference.engine import EngineError, SamplingParams
+    from chat.sampling import chat_sampling
+    from inference.engine import EngineError
 
     message = part.message
     budget = engine.max_seq_len - settings.TANDEM_CHAT_MAX_NEW_TOKENS
     prompt = history.build(engine.tokenizer, message.conversation_id, message.position, budget)
     if prompt.truncated:
         Message.objects.filter(pk=message.pk).update(history_truncated=True)
-    params = SamplingParams(
-        max_new_tokens=settings.TANDEM_CHAT_MAX_NEW_TOKENS,
-        do_sample=settings.TANDEM_CHAT_TEMPERATURE > 0,
-        temperature=settings.TANDEM_CHAT_TEMPERATURE,
-        top_p=0.9,
-        repetition_penalty=1.1,
-    )
+        message.history_truncated = True
+    params = chat_sampling()
     request_id = f"part-{part.pk}-{uuid.uuid4().hex[:8]}"
     started = part_transition(
         part.pk,
@@ -225,9 +184,7 @@ def text_stop(message: Message) -> bool:
     if part.state == Part.State.QUEUED:
         stopped = part_transition(part.pk, Part.State.CANCELLED, finished_at=timezone.now())
         return stopped is not None
-    from inference.provisioning.runtime import model_runtime
-
-    engine = model_runtime.engine
+    engine = current_engine()
     if part.state != Part.State.STREAMING or engine is None:
         return False
     return engine.cancel(part.engine_request_id)
@@ -240,8 +197,6 @@ def message_stop(message: Message) -> None:
         kind=Part.Kind.IMAGE, state__in=[Part.State.QUEUED, Part.State.RUNNING]
     )
     for part in images:
-        from media.services import image_cancel
-
         image_cancel(part)
 
 
@@ -256,18 +211,14 @@ def part_mark_failed(part: Part, reason: str) -> Part | None:
     """
     fields: dict = {"error": reason, "finished_at": timezone.now()}
     if part.kind == Part.Kind.TEXT:
-        from media.sweeper import streamed_text
-
         current = Part.objects.filter(pk=part.pk).first()
         if current is not None:
-            fields["text"], fields["seq"] = streamed_text(current)
+            fields["text"], fields["seq"] = live_text.streamed(current)
     failed = part_transition(part.pk, Part.State.FAILED, **fields)
     if failed is None:
         return None
     if failed.kind == Part.Kind.TEXT and failed.engine_request_id:
-        from inference.provisioning.runtime import model_runtime
-
-        engine = model_runtime.engine
+        engine = current_engine()
         if engine is not None:
             engine.cancel(failed.engine_request_id)
         live_text.expire(failed.pk)

@@ -17,9 +17,7 @@ def part_with_tail(part: Part) -> dict:
     """A part's payload whose text includes deltas not yet saved to the database."""
     payload = part_payload(part)
     if part.kind == Part.Kind.TEXT and part.state in (Part.State.STREAMING, Part.State.QUEUED):
-        pieces = live_text.tail(part.pk, part.seq)
-        payload["text"] += "".join(pieces)
-        payload["seq"] += len(pieces)
+        payload["text"], payload["seq"] = live_text.streamed(part)
     return payload
 
 

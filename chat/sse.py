@@ -1,7 +1,7 @@
 """GET /messages/<id>/events: the same live events as the WebSocket, for one message, as SSE.
 
 Each text delta carries `id: <seq>`; a client reconnecting with Last-Event-ID gets the pieces
-after it from the live tail, then live events, with none lost or repeated.
+after it from the live tail, then live events, with none lost or repeated (`chat.resume`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ import json
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 
-from chat import live_text
 from chat.events import group_name
-from chat.models import Message, Part
+from chat.models import Message
+from chat.resume import Resume, catch_up
 from chat.snapshot import message_payload
+from inference.api.sse import sse_response
 
 KEEPALIVE = 15.0
 
@@ -24,6 +25,16 @@ KEEPALIVE = 15.0
 def frame(event: str, data: dict, event_id: int | None = None) -> bytes:
     head = f"id: {event_id}\n" if event_id is not None else ""
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def event_frame(event: dict) -> bytes:
+    """A channel-layer event as SSE: its type names the event, a delta's seq is its id."""
+    data = {key: value for key, value in event.items() if key != "type"}
+    if event["type"] == "part.delta":
+        return frame("part.delta", data, event["seq"])
+    if event["type"] == "part.state":
+        return frame("part.state", event["part"])
+    return frame(event["type"], data)
 
 
 @sync_to_async
@@ -55,27 +66,19 @@ async def events(request: HttpRequest, message_id: int) -> HttpResponse:
     channel = await layer.new_channel()
     group = group_name(found["conversation_id"])
     await layer.group_add(group, channel)
-    # Snapshot after joining: see chat/snapshot.py for why this order gives no gap.
+    # Snapshot after joining: see chat/resume.py for why this order gives no gap.
     found = await load(user, message_id)
     resume_from = last_event_id(request)
 
     async def stream():
         try:
-            seen: dict[int, int] = {}
-            for part in found["payload"]["parts"]:
-                if part["kind"] == Part.Kind.TEXT and resume_from is not None:
-                    pieces = await sync_to_async(live_text.tail)(part["id"], resume_from)
-                    for offset, text in enumerate(pieces, start=resume_from + 1):
-                        data = {
-                            "part_id": part["id"],
-                            "message_id": message_id,
-                            "seq": offset,
-                            "text": text,
-                        }
-                        yield frame("part.delta", data, offset)
-                    if pieces or part["seq"] <= resume_from:
-                        part = {**part, "text": None}  # the client already has it
-                seen[part["id"]] = part["seq"]
+            parts = found["payload"]["parts"]
+            resume = Resume(parts, message_id=message_id)
+            for part in parts:
+                if resume_from is not None:
+                    deltas, part = await sync_to_async(catch_up)(part, resume_from)
+                    for delta in deltas:
+                        yield event_frame(delta)
                 yield frame("part.state", part)
             yield frame(
                 "message.state", {"message_id": message_id, "status": found["payload"]["status"]}
@@ -88,22 +91,12 @@ async def events(request: HttpRequest, message_id: int) -> HttpResponse:
                 except TimeoutError:
                     yield b": keepalive\n\n"
                     continue
-                event = dict(event)  # channels-redis hands one dict to every local receiver
-                kind = event.pop("type")
-                if kind == "part.delta" and event["message_id"] == message_id:
-                    if event["seq"] > seen.get(event["part_id"], 0):
-                        seen[event["part_id"]] = event["seq"]
-                        yield frame(kind, event, event["seq"])
-                elif kind == "part.state" and event["part"]["message_id"] == message_id:
-                    yield frame(kind, event["part"])
-                elif kind == "message.state" and event["message_id"] == message_id:
-                    yield frame(kind, event)
-                    if event["status"] != "in_progress":
-                        return
+                if not resume.admit(event):
+                    continue
+                yield event_frame(event)
+                if event["type"] == "message.state" and event["status"] != "in_progress":
+                    return
         finally:
             await layer.group_discard(group, channel)
 
-    response = StreamingHttpResponse(stream(), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+    return sse_response(stream())

@@ -3,7 +3,7 @@
 The engine calls back on its own thread and must never wait, so events go into a queue that
 one writer thread per web process drains: it numbers each text piece, appends it to the live
 tail in Redis, broadcasts `part.delta`, saves the text at most every SAVE_INTERVAL seconds
-(and at the end), and finishes the part through the guarded services.
+(and at the end), and finishes the part through the guarded `chat.parts`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from django.db import close_old_connections
 from django.utils import timezone
 
-from chat import events, live_text, services
+from chat import events, live_text
 from chat.models import Part
+from chat.parts import part_transition, part_update
 from config.logging import bind as bind_log_ids
 from inference.engine import EngineEvent, FinishReason
 
@@ -104,12 +105,13 @@ class TextStreamWriter:
         if live is None:
             return
         if event.token_id is not None and event.index == 0:
-            services.part_update(live.part, first_token_at=timezone.now())
+            part_update(live.part, first_token_at=timezone.now())
         if event.text:
             live.seq += 1
             live.text += event.text
             live_text.append(part_id, event.text)
-            delta = events.delta_event(live.part, live.seq, event.text, emitted)
+            part = live.part
+            delta = events.delta_event(part.pk, part.message_id, live.seq, event.text, emitted)
             events.send(live.conversation_id, delta)
         if event.is_finished:
             self._finish(live, event)
@@ -117,7 +119,7 @@ class TextStreamWriter:
             self._save(live)
 
     def _save(self, live: LivePart) -> None:
-        services.part_update(live.part, text=live.text, seq=live.seq)
+        part_update(live.part, text=live.text, seq=live.seq)
         live.saved_seq, live.saved_at = live.seq, time.monotonic()
 
     def _finish(self, live: LivePart, event: EngineEvent) -> None:
@@ -133,7 +135,7 @@ class TextStreamWriter:
             fields["completion_tokens"] = event.usage.completion_tokens
         if event.error:
             fields["error"] = f"The engine failed while writing this reply: {event.error}"
-        services.part_transition(live.part.pk, FINAL_STATE[event.finish_reason], **fields)
+        part_transition(live.part.pk, FINAL_STATE[event.finish_reason], **fields)
         live_text.expire(live.part.pk)
 
 

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from chat import services
 from chat.models import Conversation, Message, Part
 from chat.snapshot import conversation_snapshot, message_payload
+from media.services import image_retry as retry
 
 
 @login_required
@@ -69,7 +70,6 @@ def turn_create(request: HttpRequest, conversation_id: int) -> HttpResponse:
         )
     except services.TurnRefused as error:
         return refused(error)
-    reply.refresh_from_db(fields=["history_truncated"])  # set when the text was submitted
     user_message = Message.objects.get(conversation=convo, position=reply.position - 1)
     return JsonResponse(
         {"user": message_payload(user_message), "reply": message_payload(reply)}, status=201
@@ -89,8 +89,6 @@ def message_stop(request: HttpRequest, message_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def image_retry(request: HttpRequest, part_id: int) -> HttpResponse:
-    from media.services import image_retry as retry
-
     part = get_object_or_404(
         Part, pk=part_id, kind=Part.Kind.IMAGE, message__conversation__owner=request.user
     )

@@ -20,14 +20,14 @@ from django.core.files.base import ContentFile
 from django.db import DatabaseError
 from django.utils import timezone
 
-from chat import events, metrics
+from chat.history import user_words
 from chat.models import Part
-from chat.services import part_transition
+from chat.parts import part_progress, part_transition
 from chat.states import TERMINAL
 from config.redis_client import redis_client
+from media import metrics
 from media.backends import configured_backend
 from media.backends.base import PermanentImageError, TransientImageError, prompt_seed
-from media.services import image_prompt
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class RenderAbandoned(Exception):
 
 
 class ProgressReporter:
-    """The backend's progress callback: saves and pushes progress, throttled.
+    """The backend's progress callback: `part_progress` (save and announce), throttled.
 
     The save is conditional on the part still running, which is also how a cancel reaches a
     render in progress: the next report finds the part changed and stops the backend. It also
@@ -70,14 +70,8 @@ class ProgressReporter:
         if now - self.last_report < self.interval:
             return
         self.last_report = now
-        fraction = min(max(fraction, 0.0), 1.0)
-        still_running = Part.objects.filter(pk=self.part.pk, state=Part.State.RUNNING).update(
-            progress=fraction, updated_at=timezone.now()
-        )
-        if not still_running:
+        if not part_progress(self.part, fraction):
             raise RenderAbandoned
-        self.part.progress = fraction
-        events.send(self.part.message.conversation_id, events.part_state_event(self.part))
 
 
 def render(part_id: int, *, task_id: str, retries: int, redelivered: bool) -> Retry | None:
@@ -125,7 +119,7 @@ def render(part_id: int, *, task_id: str, retries: int, redelivered: bool) -> Re
         return None
     if redelivered and part.state == Part.State.RUNNING:
         metrics.image_retried("redelivered")
-    prompt = image_prompt(running)
+    prompt = user_words(running.message)
     try:
         png = configured_backend().render(
             prompt, seed=prompt_seed(prompt), on_progress=ProgressReporter(running, deadline)

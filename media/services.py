@@ -1,8 +1,9 @@
 """The image part's life seen from outside the worker: enqueue, retry, cancel.
 
 The chat (turn creation, the stop and retry buttons) and the admin call these; the worker's
-side is `media/rendering.py`. Every state change goes through `chat.services.part_transition`,
-so the browser hears about it.
+side is `media/rendering.py`. Every state change goes through `chat.parts.part_transition`,
+so the browser hears about it. The render task is published by name, so this module does
+not import the tasks (which import the renderer and the sweeper, which import this).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import uuid
 from django.db import transaction
 from django.utils import timezone
 
-from chat import metrics
-from chat.models import Message, Part
-from chat.services import part_transition
+from chat.models import Part
+from chat.parts import part_transition
+from config.celery import app
 from config.logging import bound
+from media import metrics
 
 log = logging.getLogger(__name__)
 
@@ -25,51 +27,37 @@ log = logging.getLogger(__name__)
 PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
 
-def image_prompt(part: Part) -> str:
-    """The image's prompt: the user's words, in the message just before the reply."""
-    reply = part.message
-    user_message = Message.objects.filter(
-        conversation_id=reply.conversation_id, position=reply.position - 1
-    ).first()
-    return user_message.text if user_message else ""
+RENDER_TASK = "media.render_image"
 
 
-def image_enqueue(part: Part) -> None:
-    """Send the part's render task to the media queue; a broker outage never raises.
-
-    Called after the turn's transaction commits, so the turn stands whatever happens here.
-    The part stays `queued`; when the broker cannot be reached, the sweeper sends it later.
-    """
-    image_send(part.pk)
-
-
-def image_send(part_id: int) -> bool:
+def image_enqueue(part: Part) -> bool:
     """Publish a render task for a queued image part; True when the broker took it.
 
-    The task id is recorded before publishing, so the row always names the latest message
-    and a worker that starts at once finds it. A part that left `queued` is not sent.
+    The turn, a retry and the sweeper call it after their change commits, so the change
+    stands whatever happens here: a broker outage never raises, the part stays `queued` and
+    the sweeper sends it later. The task id is recorded before publishing, so the row always
+    names the latest message and a worker that starts at once finds it. A part that left
+    `queued` is not sent.
     """
-    from media.tasks import render_image
-
     task_id = str(uuid.uuid4())
     now = timezone.now()
     recorded = Part.objects.filter(
-        pk=part_id, kind=Part.Kind.IMAGE, state=Part.State.QUEUED
+        pk=part.pk, kind=Part.Kind.IMAGE, state=Part.State.QUEUED
     ).update(task_id=task_id, queued_at=now, updated_at=now)
     if not recorded:
         return False
     try:
-        with bound(part_id=part_id):  # sent with the task, so the worker's lines carry it
-            render_image.apply_async(args=[part_id], task_id=task_id, retry_policy=PUBLISH_RETRY)
+        with bound(part_id=part.pk):  # sent with the task, so the worker's lines carry it
+            app.send_task(RENDER_TASK, args=[part.pk], task_id=task_id, retry_policy=PUBLISH_RETRY)
     except Exception:  # the broker is down or refused: the sweeper will send it again
         log.warning(
             "could not send image part %s to the queue; the sweeper will retry it",
-            part_id,
+            part.pk,
             exc_info=True,
         )
         return False
-    ids = {"part_id": part_id, "task_id": task_id}
-    log.info("image part %s sent as task %s", part_id, task_id, extra=ids)
+    ids = {"part_id": part.pk, "task_id": task_id}
+    log.info("image part %s sent as task %s", part.pk, task_id, extra=ids)
     return True
 
 

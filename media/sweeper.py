@@ -13,7 +13,6 @@ recorded as a SweeperAction (visible in the admin):
 from __future__ import annotations
 
 import logging
-from contextlib import suppress
 from datetime import datetime, timedelta
 
 import redis
@@ -21,11 +20,12 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from chat import heartbeat, live_text, metrics
+from chat import heartbeat, live_text
 from chat.models import Part
-from chat.services import part_transition
+from chat.parts import part_transition
+from media import metrics
 from media.models import SweeperAction
-from media.services import image_send
+from media.services import image_enqueue
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def requeue_stale_images(now: datetime) -> list[SweeperAction]:
     actions = []
     for part in stale:
         since = part.queued_at or part.updated_at
-        if image_send(part.pk):
+        if image_enqueue(part):
             waited = (now - since).total_seconds()
             actions.append(
                 record(
@@ -106,7 +106,7 @@ def interrupt_orphaned_text(now: datetime) -> list[SweeperAction]:
                 alive[owner] = True
         if alive[owner]:
             continue
-        text, seq = streamed_text(part)
+        text, seq = live_text.streamed(part)
         interrupted = part_transition(
             part.pk,
             Part.State.INTERRUPTED,
@@ -116,8 +116,7 @@ def interrupt_orphaned_text(now: datetime) -> list[SweeperAction]:
             finished_at=now,
         )
         if interrupted:
-            with suppress(redis.RedisError):
-                live_text.expire(part.pk)  # saved whole now; the live tail may go
+            live_text.expire(part.pk)  # saved whole now; the live tail may go
             actions.append(
                 record(
                     SweeperAction.Action.INTERRUPTED,
@@ -126,12 +125,3 @@ def interrupt_orphaned_text(now: datetime) -> list[SweeperAction]:
                 )
             )
     return actions
-
-
-def streamed_text(part: Part) -> tuple[str, int]:
-    """All the text the browser was shown: the saved text plus the deltas after it in Redis."""
-    try:
-        later = live_text.tail(part.pk, part.seq)
-    except redis.RedisError:
-        return part.text, part.seq
-    return part.text + "".join(later), part.seq + len(later)

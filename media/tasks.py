@@ -3,6 +3,7 @@
 from celery import shared_task
 
 from media import rendering, sweeper
+from media.services import RENDER_TASK
 
 
 @shared_task(name="media.echo", ignore_result=False)
@@ -12,7 +13,7 @@ def echo(payload: dict) -> dict:
 
 
 # max_retries=None: the rendering service counts retries against TANDEM_IMAGE_MAX_RETRIES.
-@shared_task(bind=True, name="media.render_image", max_retries=None)
+@shared_task(bind=True, name=RENDER_TASK, max_retries=None)
 def render_image(self, part_id: int) -> None:
     """Draw one image part; state, progress and errors are recorded on the part itself."""
     retry = rendering.render(

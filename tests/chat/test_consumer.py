@@ -7,6 +7,7 @@ from channels.testing import WebsocketCommunicator
 
 from chat import events, live_text
 from chat.models import Message, Part
+from chat.parts import part_transition
 from chat.routing import websocket_urlpatterns
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -45,8 +46,9 @@ async def test_snapshot_includes_the_live_tail_then_dedupes(alice, conversation)
     assert (text["text"], text["seq"]) == ("Hello world", 4)
 
     send = sync_to_async(events.send)
-    await send(conversation.pk, events.delta_event(part, 4, "ld"))  # already in the snapshot
-    await send(conversation.pk, events.delta_event(part, 5, "!"))
+    ids = part.pk, part.message_id
+    await send(conversation.pk, events.delta_event(*ids, 4, "ld"))  # already in the snapshot
+    await send(conversation.pk, events.delta_event(*ids, 5, "!"))
     delta = await ws.receive_json_from(timeout=10)
     assert (delta["type"], delta["seq"], delta["text"]) == ("part.delta", 5, "!")
     assert await ws.receive_nothing(timeout=0.3)
@@ -57,8 +59,6 @@ async def test_part_and_message_state_reach_the_socket(alice, conversation):
     part = await sync_to_async(streaming_reply)(conversation, "", 0, [])
     ws = await connect(alice, conversation.pk)
     await ws.receive_json_from(timeout=10)
-    from chat.services import part_transition
-
     await sync_to_async(part_transition)(part.pk, Part.State.SUCCEEDED, text="Done", seq=1)
     state = await ws.receive_json_from(timeout=10)
     assert state["type"] == "part.state" and state["part"]["state"] == "succeeded"

@@ -6,7 +6,7 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-CHAT_JS = Path(__file__).resolve().parents[2] / "static" / "js" / "chat.js"
+MARKDOWN_JS = Path(__file__).resolve().parents[2] / "static" / "js" / "markdown.js"
 
 CASES = [
     (
@@ -69,7 +69,7 @@ def renderer(chromium):
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     page.set_content("<div id=out></div>")
-    page.add_script_tag(path=str(CHAT_JS))
+    page.add_script_tag(path=str(MARKDOWN_JS))
     yield page, dialogs
     context.close()
 

@@ -17,7 +17,8 @@ from django.utils import timezone
 from chat import metrics
 from chat.metrics import IMAGE_SECONDS_BUCKETS
 from chat.models import Conversation, Part
-from chat.services import part_transition
+from chat.parts import part_transition
+from media import metrics as media_metrics
 from media.rendering import render
 from media.services import image_enqueue, image_retry
 from media.sweeper import sweep
@@ -158,7 +159,7 @@ def test_without_redis_nothing_is_counted_and_nothing_breaks(client, scrape):
     before = scrape(TURNS)
     with override_settings(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0"):
         metrics.turn_created(wants_image=False)
-        metrics.sweeper_action("requeued")
+        media_metrics.sweeper_action("requeued")
         response = client.get("/metrics")
     assert response.status_code == 200
     text = response.content.decode()

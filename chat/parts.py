@@ -1,0 +1,82 @@
+"""The Part service at the bottom of the chat: every change to a part's row goes through here.
+
+A state change is saved and then announced to the conversation's browsers, so the database
+and the UI never disagree. The chat's text stream, the media app (enqueue, render, sweep) and
+the admin all use these; none of them writes a Part's state or progress by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from chat import events, metrics
+from chat.models import Part
+from chat.states import TERMINAL, can_transition
+
+log = logging.getLogger(__name__)
+
+
+def part_transition(
+    part_id: int, target: str, *, expect: str | None = None, **fields
+) -> Part | None:
+    """Move a part to `target` if its state machine allows it, saving `fields` with it.
+
+    The row is locked for the check, so two concurrent callers (a redelivered task, a sweeper,
+    a user's retry) never both win: the loser gets None and changes nothing. `expect` makes
+    the move conditional on the state the caller saw, for moves like running → running that
+    two callers could otherwise both make. Only the state, `updated_at` and `fields` are
+    written, so a misspelt field raises instead of being silently dropped. After commit the
+    new part state and the message's derived status go to the browser.
+    """
+    with transaction.atomic():
+        part = Part.objects.select_for_update().filter(pk=part_id).first()
+        if part is None or not can_transition(part.kind, part.state, target):
+            return None
+        if expect is not None and part.state != expect:
+            return None
+        previous = part.state
+        part.state = target
+        for name, value in fields.items():
+            setattr(part, name, value)
+        part.save(update_fields=["state", "updated_at", *fields])
+        transaction.on_commit(lambda: announce(part))
+        if target in TERMINAL:
+            transaction.on_commit(lambda: metrics.part_finished(part))
+    ids = {"part_id": part.pk, "message_id": part.message_id}
+    log.info("part %s %s: %s -> %s", part.pk, part.kind, previous, target, extra=ids)
+    return part
+
+
+def part_update(part: Part, **fields) -> None:
+    """Save non-state fields (text so far, first token time) of a part; nobody is told."""
+    for name, value in fields.items():
+        setattr(part, name, value)
+    Part.objects.filter(pk=part.pk).update(**fields, updated_at=timezone.now())
+
+
+def part_progress(part: Part, fraction: float) -> bool:
+    """Save and announce a running part's progress; False when it is no longer running.
+
+    The write is conditional on the state, which is how a cancel (or the sweeper's verdict)
+    reaches a worker mid-render: its next report finds the part changed.
+    """
+    fraction = min(max(fraction, 0.0), 1.0)
+    still_running = Part.objects.filter(pk=part.pk, state=Part.State.RUNNING).update(
+        progress=fraction, updated_at=timezone.now()
+    )
+    if not still_running:
+        return False
+    part.progress = fraction
+    events.send(part.message.conversation_id, events.part_state_event(part))
+    return True
+
+
+def announce(part: Part) -> None:
+    """Tell the conversation's browsers a part's state and its message's status."""
+    conversation_id = part.message.conversation_id
+    events.send(conversation_id, events.part_state_event(part))
+    states = list(Part.objects.filter(message_id=part.message_id).values_list("state", flat=True))
+    events.send(conversation_id, events.message_state_event(part.message_id, states))

@@ -1,0 +1,118 @@
+"""The resume protocol (chat/resume.py), once for both transports, on a real Daphne.
+
+A reply is mid-stream: part of its text saved, the rest only in the live tail. A client
+connects over the WebSocket or over SSE, then live events arrive, some of them already shown
+(a delta inside the snapshot, a delta behind a part state). Both transports must show the
+same thing: the snapshot with the whole text so far, then only what is new, to the end.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth import get_user_model
+from websockets.sync.client import connect
+
+from chat import events, live_text
+from chat.models import Conversation, Message, Part
+from chat.parts import part_transition
+from tests.chat.test_sse import read_events, signed_in
+from tests.conftest import Daphne, start_daphne
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Shown = tuple[str, dict]
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, service_logs) -> Iterator[Daphne]:
+    """A Daphne without the model: the protocol needs none, and loading it costs CPU."""
+    daphne = start_daphne("daphne-resume", service_logs, TANDEM_LOAD_MODEL="0")
+    try:
+        yield daphne
+    finally:
+        daphne.service.stop()
+
+
+def streaming_reply(owner) -> Part:
+    """ "Hello" saved at seq 2; " wor" and "ld" (seq 3 and 4) only in the live tail."""
+    conversation = Conversation.objects.create(owner=owner)
+    Message.objects.create(conversation=conversation, role="user", position=0, text="Hi")
+    reply = Message.objects.create(conversation=conversation, role="assistant", position=1)
+    part = Part.objects.create(
+        message=reply, index=0, kind="text", state="streaming", text="Hello", seq=2
+    )
+    live_text.reset(part.pk)
+    for piece in ["He", "llo", " wor", "ld"]:
+        live_text.append(part.pk, piece)
+    return part
+
+
+def send_live_events(part: Part) -> None:
+    """What the stream sends after the client joined: two stale deltas among new events."""
+    conversation_id = part.message.conversation_id
+    events.send(conversation_id, events.delta_event(part.pk, part.message_id, 4, "ld"))
+    part.text, part.seq = "Hello world!!", 6
+    events.send(conversation_id, events.part_state_event(part))
+    events.send(conversation_id, events.delta_event(part.pk, part.message_id, 5, "!"))
+    events.send(conversation_id, events.delta_event(part.pk, part.message_id, 7, "?"))
+    part_transition(part.pk, Part.State.SUCCEEDED, text="Hello world!!?", seq=7)
+
+
+def shown(kind: str, data: dict) -> Shown:
+    """The part of an event that the protocol decides, the same for both transports."""
+    if kind == "part.state":
+        return kind, {key: data[key] for key in ("id", "state", "seq", "text")}
+    if kind == "part.delta":
+        return kind, {key: data[key] for key in ("part_id", "seq", "text")}
+    return kind, {"message_id": data["message_id"], "status": data["status"]}
+
+
+def over_websocket(server: Daphne, session, part: Part) -> list[Shown]:
+    """The socket's snapshot as the part and message states it holds, then the live events."""
+    url = f"{server.ws_url}/ws/conversations/{part.message.conversation_id}/"
+    headers = {"Cookie": f"sessionid={session.cookies['sessionid']}", "Origin": server.url}
+    seen: list[Shown] = []
+    with connect(url, additional_headers=headers, open_timeout=10) as ws:
+        snapshot = json.loads(ws.recv(timeout=10))
+        [reply] = [m for m in snapshot["messages"] if m["id"] == part.message_id]
+        seen += [shown("part.state", p) for p in reply["parts"]]
+        seen.append(shown("message.state", {"message_id": reply["id"], **reply}))
+        send_live_events(part)
+        while seen[-1] != shown("message.state", {"message_id": reply["id"], "status": "complete"}):
+            event = json.loads(ws.recv(timeout=10))
+            data = event["part"] if event["type"] == "part.state" else event
+            seen.append(shown(event["type"], data))
+    return seen
+
+
+def over_sse(server: Daphne, session, part: Part) -> list[Shown]:
+    """The stream's frames; its headers come once it joined, so the events can go then."""
+    url = f"{server.url}/m/{part.message_id}/events"
+    seen: list[Shown] = []
+    with session.get(url, stream=True, timeout=30) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        assert response.headers["Cache-Control"] == "no-cache"
+        send_live_events(part)
+        for event in read_events(response):
+            if event["event"] == "part.delta":
+                assert event["id"] == event["data"]["seq"]
+            seen.append(shown(event["event"], event["data"]))
+    return seen
+
+
+@pytest.mark.parametrize("transport", [over_websocket, over_sse], ids=["ws", "sse"])
+def test_snapshot_then_only_new_events_on_both_transports(server, transport):
+    session = signed_in(server, f"resume-{transport.__name__}")
+    part = streaming_reply(get_user_model().objects.get(username=f"resume-{transport.__name__}"))
+    text, message = part.pk, part.message_id
+    assert transport(server, session, part) == [
+        ("part.state", {"id": text, "state": "streaming", "seq": 4, "text": "Hello world"}),
+        ("message.state", {"message_id": message, "status": "in_progress"}),
+        ("part.state", {"id": text, "state": "streaming", "seq": 6, "text": "Hello world!!"}),
+        ("part.delta", {"part_id": text, "seq": 7, "text": "?"}),
+        ("part.state", {"id": text, "state": "succeeded", "seq": 7, "text": "Hello world!!?"}),
+        ("message.state", {"message_id": message, "status": "complete"}),
+    ]

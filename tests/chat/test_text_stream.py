@@ -1,0 +1,75 @@
+"""The text writer (chat/text_stream.py) fed with engine events by hand: no model, real DB and
+Redis. Each piece gets the next seq, goes to the live tail and to the browsers; the text is
+saved as it goes and whole at the end, with the finish the engine reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from chat import live_text, text_stream
+from chat.models import Message, Part
+from inference.engine import EngineEvent, FinishReason
+from inference.engine.events import Usage
+from tests.support.media import EventTap
+from tests.support.processes import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def streaming_part(conversation) -> Part:
+    reply = Message.objects.create(conversation=conversation, role="assistant", position=1)
+    part = Part.objects.create(message=reply, index=0, kind="text", state="streaming")
+    live_text.reset(part.pk)
+    return part
+
+
+def token(index: int, text: str, **finish) -> EngineEvent:
+    return EngineEvent(request_id="fake", index=index, token_id=100 + index, text=text, **finish)
+
+
+def settled(part: Part, state: str) -> Part:
+    wait_until(lambda: Part.objects.get(pk=part.pk).state == state, 10, f"the part to be {state}")
+    return Part.objects.get(pk=part.pk)
+
+
+def test_pieces_are_numbered_tailed_broadcast_saved_and_finished(conversation, monkeypatch):
+    monkeypatch.setattr(text_stream, "SAVE_INTERVAL", 0.0)  # save after every piece
+    part = streaming_part(conversation)
+    text_stream.writer.ensure_running()
+    feed = text_stream.writer.callback(part.pk)
+    with EventTap(conversation.pk) as tap:
+        feed(token(0, "Hel"))
+        wait_until(lambda: Part.objects.get(pk=part.pk).text == "Hel", 10, "the first piece saved")
+        feed(token(1, ""))  # held back by the detokenizer: no piece, no seq
+        feed(token(2, "lo"))
+        usage = Usage(prompt_tokens=5, completion_tokens=4)
+        done = {"finish_reason": FinishReason.EOS_TOKEN, "usage": usage, "full_text": "Hello!"}
+        feed(token(3, "!", is_finished=True, **done))
+        final = settled(part, Part.State.SUCCEEDED)
+        sent = tap.settle()
+    assert (final.text, final.seq, final.finish_reason) == ("Hello!", 3, "eos_token")
+    assert (final.prompt_tokens, final.completion_tokens) == (5, 4)
+    assert final.first_token_at is not None and final.finished_at is not None
+    assert live_text.tail(part.pk, 0) == ["Hel", "lo", "!"]
+    deltas = [(e["seq"], e["text"]) for e in sent if e["type"] == "part.delta"]
+    assert deltas == [(1, "Hel"), (2, "lo"), (3, "!")]
+    assert all(e["t"] > 0 for e in sent if e["type"] == "part.delta")
+    states = [e["part"]["state"] for e in sent if e["type"] == "part.state"]
+    assert states == ["succeeded"]
+    complete = {"type": "message.state", "message_id": part.message_id, "status": "complete"}
+    assert sent[-1] == complete
+
+
+@pytest.mark.parametrize(
+    ("reason", "error", "state"),
+    [(FinishReason.CANCELLED, None, "cancelled"), (FinishReason.ERROR, "CUDA fell over", "failed")],
+)
+def test_a_cancel_or_an_error_ends_the_part_with_its_text_kept(conversation, reason, error, state):
+    part = streaming_part(conversation)
+    text_stream.writer.ensure_running()
+    feed = text_stream.writer.callback(part.pk)
+    feed(token(0, "Once upon"))
+    feed(EngineEvent("fake", 1, None, "", is_finished=True, finish_reason=reason, error=error))
+    final = settled(part, state)
+    assert (final.text, final.seq, final.finish_reason) == ("Once upon", 1, reason.value)
+    assert final.error == (f"The engine failed while writing this reply: {error}" if error else "")
