@@ -20,9 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ("config", "chat", "media", "inference", "ops")
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-ROW = re.compile(
-    r"^\|\s*`(?P<layer>[\w.]+)`\s*\|(?P<modules>[^|]*)\|[^|]*\|(?P<imports>[^|]*)\|"
-)
+ROW = re.compile(r"^\|\s*`(?P<layer>[\w.]+)`\s*\|(?P<modules>[^|]*)\|[^|]*\|(?P<imports>[^|]*)\|")
 NAME = re.compile(r"`([\w.]+)`")
 
 
