@@ -58,19 +58,6 @@ class Timings:
         """Submission to finish."""
         return self.finished_at - self.queued_at
 
-    def as_dict(self) -> dict[str, float | None]:
-        """The raw stamps and the derived durations, for JSON and logs."""
-        return {
-            "created_wall": self.created_wall,
-            "queued_at": self.queued_at,
-            "admitted_at": self.admitted_at,
-            "first_token_at": self.first_token_at,
-            "finished_at": self.finished_at,
-            "queue_time": self.queue_time,
-            "ttft": self.ttft,
-            "duration": self.duration,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class EngineEvent:

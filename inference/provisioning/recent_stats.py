@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy
 
@@ -35,9 +35,6 @@ class RecentSnapshot:
     ttft_p95: float | None
     itl_p50: float | None
     itl_p95: float | None
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def percentiles(values: list[float]) -> tuple[float | None, float | None]:
