@@ -15,6 +15,7 @@ from django.conf import settings
 from inference import loading
 from inference.engine import Engine, EngineConfig
 from inference.engine.model_runner import ModelRunner
+from inference.engine.weights.choice import build_runner
 from inference.errors import ModelUnavailable
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,10 @@ def load_source() -> tuple[loading.LoadedModel, ModelRunner | None]:
         from inference import synthetic
 
         return synthetic.load(settings.TANDEM_MODEL, settings.TANDEM_SYNTHETIC_TOKENS_PER_S)
-    return loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE), None
+    loaded = loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE)
+    runner = build_runner(loaded.model, settings.TANDEM_WEIGHTS, loaded.gguf)
+    loaded.weights = runner.weights
+    return loaded, runner
 
 
 @dataclass
