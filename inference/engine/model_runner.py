@@ -1,12 +1,13 @@
 """The model runner: one forward pass over a step's tokens, reading and writing the KV cache.
 
-The runner reuses the HF model's own modules (norms, projections, MLP, rotary embedding,
-lm_head), so weights, dtype and device are whatever the loaded model has; it replaces only
-the attention and cache plumbing. All tokens of a step (decode tokens and prefill chunks)
-go through the linear layers as one [tokens, hidden] matrix; attention is split: one
-batched grouped matmul over the compacted cache view for decode tokens (long outliers
-gathered and attended apart), and one causal attention per prefill chunk. Logits are
-computed only for rows that pick a token.
+The runner reuses the HF model's own modules (norms, activation, rotary embedding, lm_head),
+so dtype and device are whatever the loaded model has; its projections are the model's
+linears fused (QKV, gate/up) or, with TANDEM_WEIGHTS=q4, the GGUF's 4-bit ones
+(`inference/engine/weights`). It replaces the attention and cache plumbing. All tokens of a
+step (decode tokens and prefill chunks) go through the linear layers as one [tokens, hidden]
+matrix; attention is split: one batched grouped matmul over the compacted cache view for
+decode tokens (long outliers gathered and attended apart), and one causal attention per
+prefill chunk. Logits are computed only for rows that pick a token.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class LlamaRunner:
 
     @staticmethod
     def _dense_layer(layer: torch.nn.Module) -> LayerProjections:
+        """The layer's own linears, fused."""
         linears = layer_linears(layer)
         return LayerProjections(**{name: dense_projection(mods) for name, mods in linears.items()})
 
