@@ -29,6 +29,7 @@ from bench.peers.tandem import TandemPeer
 from bench.stats import Figures, PeerRun, quarter_ratio, summarise
 from bench.workload import burst, chat_prompts, chat_texts, poisson
 from inference.engine import EngineConfig
+from inference.engine.weights.choice import build_runner
 from inference.provisioning import loading
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,7 @@ def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, chart to results/")
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16, every peer")
+    parser.add_argument("--weights", default="auto", help="auto | bf16 | q4, Tandem only")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument("--model", default=None)
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32])
@@ -127,10 +129,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     loaded = loading.load(args.model, args.dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
-    info = machine()
+    runner = build_runner(model, args.weights, loaded.gguf)
+    info = machine() | {"weights": runner.weights}
     print(f"model {loaded.name}  dtype {loaded.dtype}  {info}", flush=True)
     config = EngineConfig(max_running=max(32, *args.streams), max_step_tokens=STEP_TOKENS)
-    tandem = TandemPeer(model, tokenizer, config)
+    tandem = TandemPeer(model, tokenizer, config, runner)
     warm_up(model, tokenizer, tandem)
 
     print("\n== peers ==", flush=True)

@@ -16,6 +16,7 @@ print(json.dumps({
     "db": db["ENGINE"], "name": str(db["NAME"]), "redis": s.REDIS_URL,
     "broker": s.CELERY_BROKER_URL, "layer": layer,
     "media": str(s.MEDIA_ROOT), "model": s.TANDEM_MODEL, "dtype": s.TANDEM_DTYPE,
+    "weights": s.TANDEM_WEIGHTS,
 }))
 """
 
@@ -43,6 +44,7 @@ def test_embedded_defaults():
     assert seen["media"].endswith("var/media")
     assert seen["model"] == "smollm2-135m-instruct"
     assert seen["dtype"] == "auto"
+    assert seen["weights"] == "bf16"
 
 
 def test_environment_overrides():
@@ -52,6 +54,7 @@ def test_environment_overrides():
         MEDIA_ROOT="/srv/tandem-media",
         TANDEM_MODEL="/models/llama",
         TANDEM_DTYPE="bfloat16",
+        TANDEM_WEIGHTS="Q4",
     )
     assert seen["db"] == "django.db.backends.postgresql"
     assert seen["name"] == "tandem"
@@ -60,3 +63,17 @@ def test_environment_overrides():
     assert seen["media"] == "/srv/tandem-media"
     assert seen["model"] == "/models/llama"
     assert seen["dtype"] == "bfloat16"
+    assert seen["weights"] == "q4"
+
+
+def test_unknown_weights_setting_is_refused():
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(DJANGO_SETTINGS_MODULE="config.settings", TANDEM_WEIGHTS="int3"),
+    )
+    assert result.returncode != 0
+    assert "TANDEM_WEIGHTS must be auto, bf16 or q4" in result.stderr

@@ -14,6 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from bench.stats import PeerRun, Trace
 from bench.workload import sleep_until
 from inference.engine import Engine, EngineConfig, EngineEvent, EngineObserver, SamplingParams
+from inference.engine.model_runner import ModelRunner
 
 
 class FeedCounter(EngineObserver):
@@ -32,10 +33,14 @@ class TandemPeer:
     """One engine kept across runs (it starts warm, like a server would)."""
 
     def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: EngineConfig
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        config: EngineConfig,
+        runner: ModelRunner | None = None,
     ) -> None:
         self.feed = FeedCounter()
-        self.engine = Engine(model, tokenizer, config, observer=self.feed).start()
+        self.engine = Engine(model, tokenizer, config, observer=self.feed, runner=runner).start()
 
     def submit(
         self, prompt: list[int], new_tokens: int, trace: Trace, done: threading.Semaphore

@@ -1,12 +1,13 @@
 """The model runner: one forward pass over a step's tokens, reading and writing the KV cache.
 
-The runner reuses the HF model's own modules (norms, projections, MLP, rotary embedding,
-lm_head), so weights, dtype and device are whatever the loaded model has; it replaces only
-the attention and cache plumbing. All tokens of a step (decode tokens and prefill chunks)
-go through the linear layers as one [tokens, hidden] matrix; attention is split: one
-batched grouped matmul over the compacted cache view for decode tokens (long outliers
-gathered and attended apart), and one causal attention per prefill chunk. Logits are
-computed only for rows that pick a token.
+The runner reuses the HF model's own modules (norms, activation, rotary embedding, lm_head),
+so dtype and device are whatever the loaded model has; its projections are the model's
+linears fused (QKV, gate/up) or, with TANDEM_WEIGHTS=q4, the GGUF's 4-bit ones
+(`inference/engine/weights`). It replaces the attention and cache plumbing. All tokens of a
+step (decode tokens and prefill chunks) go through the linear layers as one [tokens, hidden]
+matrix; attention is split: one batched grouped matmul over the compacted cache view for
+decode tokens (long outliers gathered and attended apart), and one causal attention per
+prefill chunk. Logits are computed only for rows that pick a token.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from inference.engine.batch import PrefillChunk, StepBatch
 from inference.engine.errors import UnsupportedModel
 from inference.engine.kv_cache import KVCache, KVSpec
+from inference.engine.weights.layers import LayerProjections, dense_projection, layer_linears
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
@@ -64,7 +66,13 @@ def runner_for(model: PreTrainedModel) -> ModelRunner:
 class LlamaRunner:
     """Runs Llama-layout decoder models (Llama, Mistral, Qwen2) over the slot KV cache."""
 
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        projections: list[LayerProjections] | None = None,
+        weights: str = "bf16",
+    ) -> None:
+        """`projections` replace the model's linears (q4); by default they are its own, fused."""
         name = type(model).__name__
         if name not in SUPPORTED_ARCHITECTURES:
             raise UnsupportedModel(
@@ -80,6 +88,8 @@ class LlamaRunner:
             )
         self.model = model
         self.layers = list(model.model.layers)
+        self.weights = weights
+        self.projections = projections or [self._dense_layer(layer) for layer in self.layers]
         attention = self.layers[0].self_attn
         self.head_dim = attention.head_dim
         self.scaling = attention.scaling
@@ -96,6 +106,17 @@ class LlamaRunner:
             dtype=parameter.dtype,
             device=parameter.device,
         )
+        self.qkv_sizes = [
+            self.num_heads * self.head_dim,
+            self.num_kv_heads * self.head_dim,
+            self.num_kv_heads * self.head_dim,
+        ]
+
+    @staticmethod
+    def _dense_layer(layer: torch.nn.Module) -> LayerProjections:
+        """The layer's own linears, fused."""
+        linears = layer_linears(layer)
+        return LayerProjections(**{name: dense_projection(mods) for name, mods in linears.items()})
 
     @staticmethod
     def _context_length(config: PretrainedConfig) -> int:
@@ -128,12 +149,12 @@ class LlamaRunner:
         decode = self._decode_plan(batch, cache)
         chunk_masks = [self._causal_mask(c.start, len(c.token_ids)) for c in batch.chunks]
 
-        for index, layer in enumerate(self.layers):
-            attention = layer.self_attn
+        for index, (layer, proj) in enumerate(zip(self.layers, self.projections, strict=True)):
             x = layer.input_layernorm(hidden)
-            q = attention.q_proj(x).view(-1, self.num_heads, self.head_dim)
-            k = attention.k_proj(x).view(-1, self.num_kv_heads, self.head_dim)
-            v = attention.v_proj(x).view(-1, self.num_kv_heads, self.head_dim)
+            q, k, v = proj.qkv(x).split(self.qkv_sizes, dim=-1)
+            q = q.view(-1, self.num_heads, self.head_dim)
+            k = k.view(-1, self.num_kv_heads, self.head_dim)
+            v = v.view(-1, self.num_kv_heads, self.head_dim)
             q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
             keys, values = cache.keys(index), cache.values(index)
             keys.view(-1, self.head_dim).index_copy_(0, cache_rows, k.reshape(-1, self.head_dim))
@@ -151,8 +172,9 @@ class LlamaRunner:
                 )
                 offset += size
             attended = parts[0] if len(parts) == 1 else torch.cat(parts)
-            hidden = hidden + attention.o_proj(attended)
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+            hidden = hidden + proj.o(attended)
+            gate, up = proj.gate_up(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
+            hidden = hidden + proj.down(layer.mlp.act_fn(gate) * up)
 
         rows = list(range(len(batch.decode_slots)))
         offset = len(batch.decode_slots)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import (
@@ -30,6 +31,8 @@ class LoadedModel:
     parameters: int
     load_seconds: float
     converted_now: bool
+    gguf: Path | None = None
+    weights: str = "bf16"
 
     def describe(self) -> dict[str, object]:
         """A JSON-friendly summary for logs, /health and the ops page."""
@@ -40,6 +43,7 @@ class LoadedModel:
             "parameters": self.parameters,
             "load_seconds": round(self.load_seconds, 2),
             "converted_now": self.converted_now,
+            "weights": self.weights,
         }
 
 
@@ -67,4 +71,5 @@ def load(setting: str | None, dtype_setting: str = "auto", cache_dir=None) -> Lo
         parameters=sum(p.numel() for p in model.parameters()),
         load_seconds=time.perf_counter() - started,
         converted_now=source.converted_now,
+        gguf=source.gguf,
     )

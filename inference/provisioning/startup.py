@@ -10,6 +10,7 @@ from django.conf import settings
 
 from inference.engine import Engine, EngineConfig
 from inference.engine.model_runner import ModelRunner
+from inference.engine.weights.choice import build_runner
 from inference.provisioning import loading, synthetic
 from inference.provisioning.metrics_observer import PrometheusObserver
 from inference.provisioning.recent_stats import ObserverChain, recent_stats
@@ -29,7 +30,10 @@ def load_source() -> tuple[loading.LoadedModel, ModelRunner | None]:
     """The model, or (TANDEM_ENGINE_SOURCE=synthetic, benchmarks only) a paced stand-in."""
     if settings.TANDEM_ENGINE_SOURCE == "synthetic":
         return synthetic.load(settings.TANDEM_MODEL, settings.TANDEM_SYNTHETIC_TOKENS_PER_S)
-    return loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE), None
+    loaded = loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE)
+    runner = build_runner(loaded.model, settings.TANDEM_WEIGHTS, loaded.gguf)
+    loaded.weights = runner.weights
+    return loaded, runner
 
 
 def start_engine() -> tuple[loading.LoadedModel, Engine]:

@@ -1,0 +1,81 @@
+"""TANDEM_WEIGHTS: which weights the runner multiplies by, and the runner built on them.
+
+`bf16` is the model's own dense weights (in TANDEM_DTYPE's dtype, bfloat16 on CPUs that have
+it). `q4` reads the packaged GGUF's Q4_1 tensors into torch's int4 format. `auto` is q4 when
+the model came from the packaged GGUF, runs on the CPU and torch has the int4 CPU kernel,
+bf16 otherwise (a local HF directory has no GGUF). A q4 that cannot be had falls back to
+bf16 and says why in one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from inference.engine.model_runner import LlamaRunner, runner_for
+from inference.engine.weights.layers import LayerProjections, layer_linears, q4_projection
+from inference.engine.weights.projection import GROUP
+from inference.engine.weights.q4 import read_layers
+
+log = logging.getLogger(__name__)
+
+CHOICES = ("auto", "bf16", "q4")
+# Largest row count of a step at which the int4 kernel beats the dense bf16 one over a
+# decoder layer (fused projections), measured by `python -m bench.linear_kernels`.
+INT4_MAX_ROWS = 8
+
+
+def int4_kernel_missing() -> str | None:
+    """None when torch's int4 weight-only CPU kernel runs here, else why it does not."""
+    try:
+        q = torch.zeros(16, GROUP, dtype=torch.int32)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        scales = torch.ones(1, 16, 2, dtype=torch.bfloat16)
+        x = torch.ones(1, GROUP, dtype=torch.bfloat16)
+        torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales)
+    except (AttributeError, RuntimeError, NotImplementedError) as exc:
+        return f"torch {torch.__version__} has no int4 CPU kernel here ({exc})"
+    return None
+
+
+def q4_missing(model: PreTrainedModel, gguf: Path | None) -> str | None:
+    """None when the q4 weights can be used for this model, else why not."""
+    if gguf is None:
+        return "the model is not the packaged GGUF (a local HF directory has no Q4_1 weights)"
+    if next(model.parameters()).device.type != "cpu":
+        return "the int4 kernel is the CPU one and the model is not on the CPU"
+    return int4_kernel_missing()
+
+
+def q4_layers(model: PreTrainedModel, gguf: Path, max_rows: int) -> list[LayerProjections]:
+    """Every decoder layer's projections from the GGUF, packed int4 and dense."""
+    dtype = next(model.parameters()).dtype
+    layers = []
+    for layer, parts in zip(model.model.layers, read_layers(gguf, model), strict=True):
+        linears = layer_linears(layer)
+        built = {name: q4_projection(parts[name], linears[name], dtype, max_rows) for name in parts}
+        layers.append(LayerProjections(**built))
+    return layers
+
+
+def build_runner(
+    model: PreTrainedModel, setting: str, gguf: Path | None, max_rows: int = INT4_MAX_ROWS
+) -> LlamaRunner:
+    """The runner on the weights TANDEM_WEIGHTS asks for, falling back to bf16 with a log line."""
+    setting = (setting or "auto").strip().lower()
+    if setting not in CHOICES:
+        raise ValueError(f"TANDEM_WEIGHTS must be one of {', '.join(CHOICES)}, not {setting!r}.")
+    if setting == "bf16":
+        return runner_for(model)
+    missing = q4_missing(model, gguf)
+    if missing is None and gguf is not None:
+        try:
+            return LlamaRunner(model, q4_layers(model, gguf, max_rows), weights="q4")
+        except (ValueError, OSError) as exc:
+            missing = f"{gguf.name} does not fit the model: {exc}"
+    level = logging.WARNING if setting == "q4" else logging.INFO
+    log.log(level, "weights: q4 unavailable, using the dense weights: %s", missing)
+    return runner_for(model)

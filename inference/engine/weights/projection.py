@@ -1,0 +1,105 @@
+"""A decoder projection with two packings, and the kernel picked per call by the row count.
+
+torch's int4 weight-only CPU kernel reads a quarter of bf16's bytes, so it wins when a step
+has few rows (decode of a few streams: the matmul is memory bound), but it dequantizes per
+row tile and loses to the dense bf16 GEMM when many rows share each weight read. A q4
+projection therefore keeps both packings of the same weights (the dense one is the int4
+values rounded to the compute dtype) and picks the kernel by the rows of each call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+GROUP = 32
+ZERO_POINT = 8
+
+
+@dataclass(frozen=True)
+class Q4Matrix:
+    """A [N, K] weight as GGUF Q4_1 holds it: w = scale·q + min per group of 32 along K."""
+
+    q: torch.Tensor  # uint8 [N, K], values 0..15
+    scales: torch.Tensor  # float32 [N, K / 32]
+    mins: torch.Tensor  # float32 [N, K / 32]
+
+    @staticmethod
+    def cat(parts: list[Q4Matrix]) -> Q4Matrix:
+        """Stack along the output rows (fused projections)."""
+        return Q4Matrix(
+            torch.cat([p.q for p in parts]),
+            torch.cat([p.scales for p in parts]),
+            torch.cat([p.mins for p in parts]),
+        )
+
+    def take_rows(self, index: torch.Tensor) -> Q4Matrix:
+        """The rows in `index` order (GGUF's rope permutation of Q/K, undone)."""
+        return Q4Matrix(self.q[index], self.scales[index], self.mins[index])
+
+    def dequantize(self) -> torch.Tensor:
+        """float32 [N, K]: scale·q + min, exactly what the GGUF stores."""
+        n, k = self.q.shape
+        groups = self.q.view(n, k // GROUP, GROUP).float()
+        w = groups * self.scales[..., None] + self.mins[..., None]
+        return w.view(n, k)
+
+
+class Projection:
+    """y = x Wᵀ (+ b), on the int4 kernel up to `max_rows` rows and the dense one above."""
+
+    def __init__(
+        self,
+        dense: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        int4: tuple[torch.Tensor, torch.Tensor] | None = None,
+        max_rows: int = 0,
+    ) -> None:
+        self.dense = dense
+        self.bias = bias
+        self.int4 = int4
+        self.max_rows = max_rows if int4 is not None else 0
+        self.out_features, self.in_features = dense.shape
+
+    @classmethod
+    def from_q4(
+        cls,
+        matrix: Q4Matrix,
+        bias: torch.Tensor | None,
+        dtype: torch.dtype,
+        max_rows: int,
+    ) -> Projection:
+        """Pack Q4_1 blocks for torch's kernel, which computes (q − 8)·scale + zero per group.
+
+        So scale = d and zero = m + 8d, held in the compute dtype (the kernel wants the
+        activations' dtype): in bfloat16 they round to 8 bits of mantissa, in float32 the
+        packed weights are the GGUF's exactly. The dense packing is built from the same
+        rounded scale and zero, so both kernels multiply by the same weights.
+        """
+        scales = matrix.scales.to(dtype)
+        zeros = (matrix.mins + ZERO_POINT * matrix.scales).to(dtype)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(matrix.q.to(torch.int32), 1)
+        scales_and_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
+        rounded = Q4Matrix(matrix.q, scales.float(), zeros.float() - ZERO_POINT * scales.float())
+        dense = rounded.dequantize().to(dtype)
+        return cls(dense, bias, (packed, scales_and_zeros), max_rows)
+
+    def dense_mm(self, x: torch.Tensor) -> torch.Tensor:
+        """The dense kernel (oneDNN/MKL GEMM), whatever the row count."""
+        return F.linear(x, self.dense, self.bias)
+
+    def int4_mm(self, x: torch.Tensor) -> torch.Tensor:
+        """The int4 weight-only kernel, whatever the row count (needs the int4 packing)."""
+        if self.int4 is None:
+            raise ValueError("this projection has no int4 packing")
+        packed, scales_and_zeros = self.int4
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales_and_zeros)
+        return y if self.bias is None else y + self.bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [rows, in] -> [rows, out], on the kernel that is faster at this many rows."""
+        if x.shape[0] <= self.max_rows:
+            return self.int4_mm(x)
+        return self.dense_mm(x)
