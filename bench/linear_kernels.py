@@ -12,11 +12,11 @@ count at which int4 is faster per layer: `inference.engine.weights.INT4_MAX_ROWS
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 
 import torch
 
+from bench.stats import median_seconds
 from inference.engine.weights.projection import Projection, Q4Matrix
 
 HIDDEN, MLP, Q_OUT, KV_OUT = 576, 1536, 576, 192
@@ -34,14 +34,7 @@ UNFUSED = [
 
 def median_us(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of fn() in microseconds, after ten warm-up calls (kernel set-up)."""
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2] * 1e6
+    return median_seconds(fn, repeats, warmup=10) * 1e6
 
 
 def layer(shapes: list[tuple[int, int]]) -> list[Projection]:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from dataclasses import replace
 
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
+from bench.stats import median_seconds
 from bench.workload import chat_prompts
 from chat.sampling import chat_sampling
 from inference.engine.sampling import RequestSampler, SamplingParams
@@ -37,13 +37,7 @@ def last_logits(model, tokenizer, rows: int) -> torch.Tensor:
 
 def per_row_ms(fn, rows: int, repeats: int) -> float:
     """Median wall time of `fn()` over `repeats` calls, divided by the rows it samples."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2] * 1000 / rows
+    return median_seconds(fn, repeats) * 1000 / rows
 
 
 def chat_params() -> SamplingParams:

@@ -7,6 +7,8 @@ here once, so they mean the same for every peer.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +58,18 @@ class Figures:
     itl_p50_ms: float | None
     itl_p99_ms: float | None
     fed_per_token: float
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    """Median wall time of `fn()` over `repeats` calls, after `warmup` calls (kernel set-up)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -21,9 +21,9 @@ print(json.dumps({
 """
 
 
-def probe(**env: str) -> dict:
-    """Load the settings in a fresh process and report what they resolved to."""
-    result = subprocess.run(
+def load_settings(**env: str) -> subprocess.CompletedProcess:
+    """Load the settings in a fresh process with `env`."""
+    return subprocess.run(
         [sys.executable, "-c", PROBE],
         cwd=ROOT,
         capture_output=True,
@@ -31,6 +31,11 @@ def probe(**env: str) -> dict:
         timeout=60,
         env=child_env(DJANGO_SETTINGS_MODULE="config.settings", **env),
     )
+
+
+def probe(**env: str) -> dict:
+    """What the settings resolved to under `env`."""
+    result = load_settings(**env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -67,13 +72,6 @@ def test_environment_overrides():
 
 
 def test_unknown_weights_setting_is_refused():
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=child_env(DJANGO_SETTINGS_MODULE="config.settings", TANDEM_WEIGHTS="int3"),
-    )
+    result = load_settings(TANDEM_WEIGHTS="int3")
     assert result.returncode != 0
     assert "TANDEM_WEIGHTS must be auto, bf16 or q4" in result.stderr
