@@ -59,7 +59,8 @@ def create_viewers(label: str, conversations: int) -> list[Viewer]:
         conversation = Conversation.objects.create(owner=user, title=f"bench {index}")
         session = SessionStore()
         session[SESSION_KEY] = str(user.pk)
-        session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+        # The backend that loads users; the first one (django-axes) only vets logins.
+        session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[-1]
         session[HASH_SESSION_KEY] = user.get_session_auth_hash()
         session.save()
         csrf = secrets.token_hex(16)  # a 32-character secret, as Django's cookie holds

@@ -118,7 +118,7 @@ def test_the_chat_streams_under_the_policy_and_blocks_an_injected_script(
     color = page.evaluate(INJECT)
     assert page.evaluate("window.__injected === undefined")
     assert color != "rgb(255, 0, 0)"
-    page.wait_for_function("window.__violations.length >= 2")
+    page.wait_for_function("() => window.__violations.length >= 2")
     assert {v["directive"] for v in violations(page)} == {"script-src-elem", "style-src-attr"}
     wait_until(
         lambda: "csp violation" in engine_server.service.log_text(),
@@ -136,5 +136,5 @@ def test_the_admin_and_the_ops_page_run_under_the_policy(daphne, page):
         page.goto(f"{daphne.url}{path}")
         page.wait_for_load_state("networkidle")
         assert violations(page) == [], path
-    page.wait_for_function("document.querySelector('#ops-live').dataset.state === 'live'")
+    page.wait_for_function("() => document.querySelector('#ops-live').dataset.state === 'live'")
     assert violations(page) == [] and lines == []

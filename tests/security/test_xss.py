@@ -5,7 +5,9 @@ Every payload, if it ever ran, would set `window.__xss`. The page is loaded with
 layer and the real socket, as the stream writer does (the model cannot be made to emit them
 on demand, so this is the one injected fault). A control image with an onerror handler, added
 by the test itself, proves that handlers in this page do fire: once it has, the payloads' own
-error events have had their turn too, so nothing waits on a timer.
+error events have had their turn too, so nothing waits on a timer. The page's
+Content-Security-Policy would block an inline handler too, so the test also requires that
+the policy saw nothing to block: the renderer alone keeps the payloads inert.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from chat import events
 from chat.models import Conversation, Message, Part
 from tests.chat_ui.conftest import in_thread, make_user, sign_in
 from tests.chat_ui.test_security import assert_inert
+from tests.security.test_csp import WATCH, violations
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -48,9 +51,11 @@ def assert_nothing_ran(page, dialogs: list) -> None:
             document.body.appendChild(probe);
         }"""
     )
-    page.wait_for_function("window.__control === 1", timeout=15_000)
+    page.wait_for_function("() => window.__control === 1", timeout=15_000)
     assert page.evaluate("window.__xss") is None
     assert dialogs == []
+    # Not even attempted: the Content-Security-Policy saw no inline script or handler to block.
+    assert violations(page) == []
 
 
 def test_hostile_markup_stays_text_when_saved_or_streamed(daphne, page):
@@ -64,6 +69,7 @@ def test_hostile_markup_stays_text_when_saved_or_streamed(daphne, page):
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     page.set_default_timeout(30_000)
+    page.add_init_script(WATCH)
     sign_in(page, daphne.url, user.get_username(), password)
     page.goto(f"{daphne.url}/c/{conversation.pk}/")
     expect(page.locator("#connection")).to_have_attribute("data-connection", "open")
@@ -89,9 +95,12 @@ def test_hostile_markup_stays_text_when_saved_or_streamed(daphne, page):
     assert_inert(model_text, dialogs)
     assert_nothing_ran(page, dialogs)
     rendered += len(PAYLOADS) + 1
-    # The detector works: the same payload put in as HTML does run.
+    # The detector works: the same payload put in as HTML is attempted, and the policy (the
+    # second line of defence, docs/security.md) blocks its inline handler and says so.
     page.evaluate("(html) => document.body.insertAdjacentHTML('beforeend', html)", PAYLOADS[1])
-    page.wait_for_function("window.__xss === 2", timeout=15_000)
+    page.wait_for_function("() => window.__violations.length > 0", timeout=15_000)
+    assert [v["directive"] for v in violations(page)] == ["script-src-attr"]
+    assert page.evaluate("window.__xss") is None
     print(
         f"\nxss: {len(PAYLOADS)} payloads, {rendered} renderings (saved user text, saved model "
         "text, live model text) + the title, 0 scripts ran, 0 dialogs"
