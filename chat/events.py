@@ -43,11 +43,12 @@ def part_payload(part: Part) -> dict:
     }
 
 
-def send(conversation_id: int, event: dict) -> None:
+def send(conversation_id: int, event: dict) -> bool:
     """Send from synchronous code (services, Celery tasks, the stream writer thread).
 
     A broker outage must not break the caller: the state is already saved, and a browser
-    that missed the event gets it from the saved state when it reconnects.
+    that missed the event gets it from the saved state when it reconnects. False when the
+    event was not sent.
     """
     try:
         layer_sender.run(get_channel_layer().group_send(group_name(conversation_id), event))
@@ -58,6 +59,8 @@ def send(conversation_id: int, event: dict) -> None:
             conversation_id,
             exc_info=True,
         )
+        return False
+    return True
 
 
 def part_state_event(part: Part) -> dict:

@@ -25,6 +25,7 @@ TTL_AFTER_FINISH = 3600
 
 
 def _quietly(action: str, part_id: int, call) -> object:
+    """The call's result, or None when Redis failed (logged, never raised)."""
     try:
         return call(redis_client())
     except redis.RedisError as exc:
@@ -37,9 +38,25 @@ def reset(part_id: int) -> None:
     _quietly("reset", part_id, lambda r: r.delete(KEY.format(part_id)))
 
 
-def append(part_id: int, text: str) -> None:
-    """Record delta number len(list) + 1 of a part."""
-    _quietly("append", part_id, lambda r: r.rpush(KEY.format(part_id), text))
+def append(part_id: int, text: str) -> bool:
+    """Record delta number len(list) + 1 of a part; False when Redis did not take it."""
+    return _quietly("append", part_id, lambda r: r.rpush(KEY.format(part_id), text)) is not None
+
+
+def rebuild(part_id: int, pieces: list[str]) -> bool:
+    """Replace a part's tail with all its deltas, in one transaction; False when Redis failed.
+
+    After appends were skipped (Redis down, or restarted empty), item n would no longer be
+    delta n; the writer, which kept every piece, puts the whole tail back before appending.
+    """
+
+    def replace(r: redis.Redis) -> list:
+        pipe = r.pipeline(transaction=True).delete(KEY.format(part_id))
+        if pieces:
+            pipe.rpush(KEY.format(part_id), *pieces)
+        return pipe.execute()
+
+    return _quietly("rebuild", part_id, replace) is not None
 
 
 def expire(part_id: int) -> None:

@@ -4,6 +4,11 @@ The engine calls back on its own thread and must never wait, so events go into a
 one writer thread per web process drains: it numbers each text piece, appends it to the live
 tail in Redis, broadcasts `part.delta`, saves the text at most every SAVE_INTERVAL seconds
 (and at the end), and finishes the part through the guarded `chat.parts`.
+
+While Redis is down the writer skips the tail and the deltas without calling Redis (a
+`RedisGate` probes it at most every second), so it keeps pace with the engine and the text
+still reaches the database; when Redis answers, a part whose appends were skipped gets its
+whole tail written again before the next piece.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from chat import events, live_text
 from chat.models import Part
 from chat.parts import part_transition, part_update
 from config.logging import bind as bind_log_ids
+from config.redis_client import RedisGate
 from inference.engine import EngineEvent, FinishReason
 
 log = logging.getLogger(__name__)
@@ -46,6 +52,8 @@ class LivePart:
     seq: int
     saved_seq: int
     saved_at: float = field(default_factory=time.monotonic)
+    pieces: list[str] = field(default_factory=list)  # this run's deltas, to rebuild the tail
+    tail_behind: bool = False  # an append was skipped: the tail must be rebuilt first
 
 
 class TextStreamWriter:
@@ -58,6 +66,7 @@ class TextStreamWriter:
         self._live: dict[int, LivePart] = {}
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._redis = RedisGate()
 
     def callback(self, part_id: int):
         """The engine's on_event for one part: enqueue with the emission time, return at once.
@@ -109,20 +118,37 @@ class TextStreamWriter:
         if event.text:
             live.seq += 1
             live.text += event.text
-            live_text.append(part_id, event.text)
-            part = live.part
-            delta = events.delta_event(part.pk, part.message_id, live.seq, event.text, emitted)
-            events.send(live.conversation_id, delta)
+            live.pieces.append(event.text)
+            self._publish(live, event.text, emitted)
         if event.is_finished:
-            self._finish(live, event)
+            self._finish(live, event, emitted)
         elif time.monotonic() - live.saved_at >= SAVE_INTERVAL and live.seq != live.saved_seq:
             self._save(live)
+
+    def _publish(self, live: LivePart, text: str, emitted: float) -> None:
+        """Append the piece to the live tail and broadcast it, or skip both while Redis is down.
+
+        The tail is rebuilt whole when appends were skipped, so item n is always delta n.
+        """
+        if not self._redis.open():
+            live.tail_behind = True
+            return
+        part = live.part
+        if live.tail_behind:
+            recorded = live_text.rebuild(part.pk, live.pieces)
+        else:
+            recorded = live_text.append(part.pk, text)
+        live.tail_behind = not recorded
+        delta = events.delta_event(part.pk, part.message_id, live.seq, text, emitted)
+        if not recorded or not events.send(live.conversation_id, delta):
+            self._redis.failed()
 
     def _save(self, live: LivePart) -> None:
         part_update(live.part, text=live.text, seq=live.seq)
         live.saved_seq, live.saved_at = live.seq, time.monotonic()
 
-    def _finish(self, live: LivePart, event: EngineEvent) -> None:
+    def _finish(self, live: LivePart, event: EngineEvent, emitted: float) -> None:
+        """Save the whole text with the final state; log how far behind the engine it came."""
         del self._live[live.part.pk]
         fields: dict = {
             "text": live.text,
@@ -137,6 +163,13 @@ class TextStreamWriter:
             fields["error"] = f"The engine failed while writing this reply: {event.error}"
         part_transition(live.part.pk, FINAL_STATE[event.finish_reason], **fields)
         live_text.expire(live.part.pk)
+        behind = time.time() - emitted
+        log.info(
+            "text part %s final %.3f s after the engine's last event",
+            live.part.pk,
+            behind,
+            extra={"part_id": live.part.pk},
+        )
 
 
 writer = TextStreamWriter()

@@ -231,6 +231,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": 1,
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker that lost the broker tries again every second (media/consumer.py), for as long as
+# it takes: kombu's own 2, 4 … 30 s intervals left images waiting after Redis was back.
+CELERY_WORKER_CONSUMER = "media.consumer:Consumer"
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "sweep": {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 
+import redis
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,12 +20,14 @@ from chat.parts import part_transition
 from config.celery import app
 from config.logging import bound
 from media import metrics
+from media.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
 # Publishing happens while a web request waits: a short retry rides out a blip, and anything
-# longer is left to the sweeper, which sends queued images again.
+# longer is left to the outbox, which sends the part again as soon as the broker answers.
 PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+PING_TIMEOUT = 0.5
 
 
 RENDER_TASK = "media.render_image"
@@ -35,30 +38,70 @@ def image_enqueue(part: Part) -> bool:
 
     The turn, a retry and the sweeper call it after their change commits, so the change
     stands whatever happens here: a broker outage never raises, the part stays `queued` and
-    the sweeper sends it later. The task id is recorded before publishing, so the row always
-    names the latest message and a worker that starts at once finds it. A part that left
-    `queued` is not sent.
+    this process's outbox sends it as soon as the broker answers (the sweeper sends it later
+    if this process dies first). The task id is recorded before publishing, so the row always
+    names the latest message and a worker that starts at once finds it; it replaces the one
+    the caller saw (`part.task_id`), so when two senders race (the outbox and the sweeper),
+    one sends. A part that left `queued` is not sent. While the outbox holds parts, the broker
+    was just found down: the part joins them without a try, so no request waits on it.
+    """
+    if outbox.held():
+        outbox.hold(part.pk, part.task_id)
+        return False
+    task_id, sent = image_send(part.pk, part.task_id)
+    if task_id and not sent:
+        log.warning(
+            "could not send image part %s to the queue; sending it when the broker answers",
+            part.pk,
+        )
+        outbox.hold(part.pk, task_id)
+    return sent
+
+
+def image_send(part_id: int, seen_task_id: str) -> tuple[str, bool]:
+    """Record a new task id in place of `seen_task_id` and publish it.
+
+    Returns the new task id ("" when the row no longer named `seen_task_id` or was not a
+    queued image: nothing sent) and whether the broker took the message.
     """
     task_id = str(uuid.uuid4())
     now = timezone.now()
     recorded = Part.objects.filter(
-        pk=part.pk, kind=Part.Kind.IMAGE, state=Part.State.QUEUED
+        pk=part_id, kind=Part.Kind.IMAGE, state=Part.State.QUEUED, task_id=seen_task_id
     ).update(task_id=task_id, queued_at=now, updated_at=now)
     if not recorded:
-        return False
+        return "", False
     try:
-        with bound(part_id=part.pk):  # sent with the task, so the worker's lines carry it
-            app.send_task(RENDER_TASK, args=[part.pk], task_id=task_id, retry_policy=PUBLISH_RETRY)
-    except Exception:  # the broker is down or refused: the sweeper will send it again
-        log.warning(
-            "could not send image part %s to the queue; the sweeper will retry it",
-            part.pk,
-            exc_info=True,
-        )
+        with bound(part_id=part_id):  # sent with the task, so the worker's lines carry it
+            # ignore_result: the outcome is on the row. Otherwise send_task first subscribes the
+            # result backend to the task, and with Redis gone that retried 20 × 1 s in the request.
+            app.send_task(
+                RENDER_TASK,
+                args=[part_id],
+                task_id=task_id,
+                retry_policy=PUBLISH_RETRY,
+                ignore_result=True,
+            )
+    except Exception:  # the broker is down or refused: the caller keeps the part for later
+        log.info("image part %s not sent as task %s", part_id, task_id, exc_info=True)
+        return task_id, False
+    ids = {"part_id": part_id, "task_id": task_id}
+    log.info("image part %s sent as task %s", part_id, task_id, extra=ids)
+    return task_id, True
+
+
+def broker_answers() -> bool:
+    """Whether the broker answers a PING now (a fresh connection, closed at once)."""
+    try:
+        with redis.Redis.from_url(
+            app.conf.broker_url, socket_timeout=PING_TIMEOUT, socket_connect_timeout=PING_TIMEOUT
+        ) as broker:
+            return bool(broker.ping())
+    except (redis.RedisError, OSError):
         return False
-    ids = {"part_id": part.pk, "task_id": task_id}
-    log.info("image part %s sent as task %s", part.pk, task_id, extra=ids)
-    return True
+
+
+outbox = Outbox(send=image_send, broker_answers=broker_answers)
 
 
 def image_retry(part: Part) -> Part | None:

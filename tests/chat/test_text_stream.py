@@ -4,13 +4,16 @@ saved as it goes and whole at the end, with the finish the engine reported."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from chat import live_text, text_stream
 from chat.models import Message, Part
+from config.redis_client import RedisGate
 from inference.engine import EngineEvent, FinishReason
 from inference.engine.events import Usage
-from tests.support.media import EventTap
+from tests.support.media import EventTap, new_redis_server
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -73,3 +76,58 @@ def test_a_cancel_or_an_error_ends_the_part_with_its_text_kept(conversation, rea
     final = settled(part, state)
     assert (final.text, final.seq, final.finish_reason) == ("Once upon", 1, reason.value)
     assert final.error == (f"The engine failed while writing this reply: {error}" if error else "")
+
+
+def test_redis_gate_skips_calls_while_down_and_opens_within_a_second_of_redis_returning(
+    service_logs, settings
+):
+    server = new_redis_server(service_logs).start()
+    settings.REDIS_URL = server.url
+    gate = RedisGate()
+    try:
+        assert gate.open()
+        server.stop()
+        gate.failed()
+        started = time.monotonic()
+        answers = [gate.open() for _ in range(1000)]
+        assert not any(answers) and time.monotonic() - started < 1  # no call waits for Redis
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:  # callers keep asking; probes back off to 1 s apart
+            assert not gate.open()
+            time.sleep(0.01)
+        server.start()
+        back = time.monotonic()
+        wait_until(gate.open, 5, "the gate to open", interval=0.01)
+        assert time.monotonic() - back <= 1.5
+    finally:
+        server.stop()
+
+
+def test_while_redis_is_down_the_text_goes_on_and_the_tail_is_rebuilt_when_it_returns(
+    conversation, service_logs, settings, monkeypatch
+):
+    """Redis restarts empty mid-stream: the writer skips the tail while it is down, then puts
+    every piece back, so the tail still numbers delta n as item n; the text is all there."""
+    monkeypatch.setattr(text_stream, "SAVE_INTERVAL", 0.0)
+    server = new_redis_server(service_logs).start()
+    settings.REDIS_URL = server.url  # the live tail's Redis; events still go to the shared one
+    try:
+        part = streaming_part(conversation)
+        text_stream.writer.ensure_running()
+        feed = text_stream.writer.callback(part.pk)
+        feed(token(0, "Once"))
+        wait_until(lambda: live_text.tail(part.pk, 0) == ["Once"], 10, "the first piece tailed")
+        server.stop()
+        pieces = [f" {n}" for n in range(1, 201)]
+        for index, piece in enumerate(pieces, 1):
+            feed(token(index, piece))
+        wait_until(lambda: Part.objects.get(pk=part.pk).seq == 201, 20, "the writer to keep up")
+        server.start()
+        time.sleep(1.2)  # the writer's gate probes Redis at most a second apart
+        done = {"finish_reason": FinishReason.LENGTH}
+        feed(token(201, " end", is_finished=True, **done))
+        final = settled(part, Part.State.SUCCEEDED)
+        assert final.text == "Once" + "".join(pieces) + " end" and final.seq == 202
+        assert live_text.tail(part.pk, 0) == ["Once", *pieces, " end"]
+    finally:
+        server.stop()

@@ -110,9 +110,13 @@ def media_root(tmp_path, settings) -> Path:
 
 @pytest.fixture(autouse=True)
 def empty_media_queue():
-    """The shared test Redis's media queue starts and ends each media test empty."""
+    """The shared test Redis's media queue starts and ends each media test empty, and so does
+    this process's outbox (a test that enqueued while its broker was down leaves parts there,
+    which the next test's images would queue behind)."""
     from config.celery import app
+    from media.services import outbox
 
     app.control.purge()
     yield
+    wait_until(lambda: not outbox.held(), 10, "the outbox to send or drop what it holds")
     app.control.purge()

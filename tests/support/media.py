@@ -4,6 +4,7 @@ listener on a conversation's channel-layer group (what a browser socket would re
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import redis
 from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 
@@ -109,6 +111,12 @@ class RedisServer:
 
 def new_redis_server(log_dir: Path) -> RedisServer:
     return RedisServer(free_port(), log_dir)
+
+
+def media_queue(url: str) -> list[str]:
+    """Ids of the tasks waiting in a broker's media queue."""
+    with redis.Redis.from_url(url) as client:
+        return [json.loads(raw)["headers"]["id"] for raw in client.lrange("media", 0, -1)]
 
 
 @contextmanager
