@@ -43,6 +43,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16, every peer")
     parser.add_argument("--weights", default="auto", help="auto | bf16 | q4, Tandem only")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="Tandem's eager step only (TANDEM_COMPILE=0)"
+    )
     parser.add_argument("--model", default=None)
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--new-tokens", type=int, default=32)
@@ -130,7 +133,11 @@ def main() -> None:
     loaded = loading.load(args.model, args.dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
     runner = build_runner(model, args.weights, loaded.gguf)
-    info = machine() | {"weights": runner.weights}
+    if not args.no_compile:
+        started = time.perf_counter()
+        runner.compile_decode().join()
+        print(f"compiled decode: {runner.compile_state} in {time.perf_counter() - started:.0f} s")
+    info = machine() | {"weights": runner.weights, "compile": runner.compile_state}
     print(f"model {loaded.name}  dtype {loaded.dtype}  {info}", flush=True)
     config = EngineConfig(max_running=max(32, *args.streams), max_step_tokens=STEP_TOKENS)
     tandem = TandemPeer(model, tokenizer, config, runner)
@@ -180,7 +187,8 @@ def main() -> None:
     rates = report.ratios(rows)
     for key, value in rates.items():
         print(f"{key:<50} {value:6.2f}x")
-    goals = report.targets(rows, ceilings, itl_ratio, hol.loaded_over_idle)
+    stall = hol.itl_during_p99_ms / hol.itl_before_p50_ms
+    goals = report.targets(rows, ceilings, itl_ratio, hol.loaded_over_idle, stall)
     print("\n== targets ==\n" + report.targets_table(goals))
 
     info["load_average_end"] = os.getloadavg()

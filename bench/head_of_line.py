@@ -35,6 +35,7 @@ class HeadOfLine:
     long_prompt_ttft_ms: float
     itl_before_p50_ms: float
     itl_during_p50_ms: float
+    itl_during_p99_ms: float
     itl_during_max_ms: float
 
 
@@ -107,5 +108,6 @@ def run(
         long_prompt_ttft_ms=1000 * long.ttft,
         itl_before_p50_ms=1000 * float(np.median(before)),
         itl_during_p50_ms=1000 * float(np.median(during)) if during else float("nan"),
+        itl_during_p99_ms=1000 * float(np.percentile(during, 99)) if during else float("nan"),
         itl_during_max_ms=1000 * max(during, default=float("nan")),
     )

@@ -51,7 +51,7 @@ def layer(shapes: list[tuple[int, int]]) -> list[Projection]:
 def layer_us(projections: list[Projection], rows: int, kernel: str, repeats: int) -> float:
     """One layer's projections at `rows` rows on one kernel, microseconds."""
     xs = [torch.randn(rows, p.in_features, dtype=torch.bfloat16) for p in projections]
-    calls = [p.int4_mm if kernel == "int4" else p.dense_mm for p in projections]
+    calls = [p.small_mm if kernel == "int4" else p.dense_mm for p in projections]
 
     def run() -> None:
         for call, x in zip(calls, xs, strict=True):

@@ -247,13 +247,16 @@ CELERY_BEAT_SCHEDULE = {
 
 TANDEM_MODEL = env_str("TANDEM_MODEL", "smollm2-135m-instruct")
 TANDEM_DTYPE = env_str("TANDEM_DTYPE", "auto")
-# Which weights the engine multiplies by: the packaged GGUF's own 4-bit ones (q4), the dense
-# ones (bf16), or auto (q4 for the packaged model on a CPU with torch's int4 kernel). bf16 by
-# default until q4 in bfloat16 answers the suite's greedy questions as bf16 does (it does not
-# yet: docs/engine.md, "Weight formats").
-TANDEM_WEIGHTS = env_str("TANDEM_WEIGHTS", "bf16").lower()
-if TANDEM_WEIGHTS not in ("auto", "bf16", "q4"):
-    raise ImproperlyConfigured("TANDEM_WEIGHTS must be auto, bf16 or q4.")
+# Which weights the engine multiplies by: the dense ones (bf16), the packaged GGUF's own 4-bit
+# ones (q4), the dense ones rounded to int8 per row (int8), or auto: int8 for a bfloat16 model
+# on a CPU whose torch has the int8 kernel, bf16 otherwise. q4 is opt-in: in bfloat16 it
+# changes greedy answers (docs/engine.md, "Weight formats").
+TANDEM_WEIGHTS = env_str("TANDEM_WEIGHTS", "auto").lower()
+if TANDEM_WEIGHTS not in ("auto", "bf16", "q4", "int8"):
+    raise ImproperlyConfigured("TANDEM_WEIGHTS must be auto, bf16, q4 or int8.")
+# The decode step compiled by inductor (inference/engine/compiled_decode.py): built in the
+# background at start (/health's model.compile says "warming", steps run eagerly meanwhile).
+TANDEM_COMPILE = env_bool("TANDEM_COMPILE", True)
 TANDEM_LOAD_MODEL = env_bool("TANDEM_LOAD_MODEL", True)
 TANDEM_HEALTH_TIMEOUT = env_float("TANDEM_HEALTH_TIMEOUT", 1.0)
 # Benchmarks only: `synthetic` swaps the model for a paced stand-in

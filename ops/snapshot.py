@@ -119,6 +119,24 @@ def banners(redis: dict[str, str], celery: dict[str, Any], engine: dict[str, Any
                 "text": text,
             }
         )
+    compile_state = str(engine.get("compile", "off"))
+    if state == "ready" and compile_state == "warming":
+        found.append(
+            {
+                "component": "model",
+                "level": "info",
+                "text": "The compiled decode step is building: replies run eagerly (slower) "
+                "until it is ready.",
+            }
+        )
+    elif state == "ready" and compile_state.startswith("failed"):
+        found.append(
+            {
+                "component": "model",
+                "level": "warning",
+                "text": f"The compiled decode step {compile_state}; replies run eagerly.",
+            }
+        )
     return found
 
 

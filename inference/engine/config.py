@@ -9,13 +9,18 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Capacity limits. `max_seq_len` None means the model's context window."""
+    """Capacity limits. `max_seq_len` None means the model's context window.
+
+    `prefill_multiple` bounds a step that feeds prompt tokens next to decoders to that many
+    decode steps (pacing.py); None lets prefill take the whole `max_step_tokens`.
+    """
 
     max_running: int = 32
     max_waiting: int = 256
     max_step_tokens: int = 512
     max_seq_len: int | None = None
     kv_initial_tokens: int = 256
+    prefill_multiple: float | None = 1.6
 
     def validate(self) -> None:
         """Reject settings under which the loop could not make progress."""
@@ -26,6 +31,8 @@ class EngineConfig:
                 "max_step_tokens must be >= max_running, so a step always has room for every "
                 "decoder plus at least one prompt token."
             )
+        if self.prefill_multiple is not None and self.prefill_multiple <= 1.0:
+            raise ValueError("prefill_multiple must be > 1 (a step with prefill does more work).")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise ValueError("max_seq_len must be >= 2 (one prompt token and one new token).")
 

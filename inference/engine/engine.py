@@ -26,6 +26,7 @@ from inference.engine.events import EngineEvent, FinishReason, GenerationResult
 from inference.engine.kv_cache import KVCache
 from inference.engine.model_runner import ModelRunner, runner_for
 from inference.engine.observer import EngineObserver
+from inference.engine.pacing import PrefillPacer
 from inference.engine.sampling import SamplingParams, chosen_logprobs, greedy_tokens
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import EventCallback, Request, Sequence, Status, prepare_sequence
@@ -70,6 +71,7 @@ class Engine:
             self.config.max_waiting,
             self.config.max_step_tokens,
         )
+        self.pacer = PrefillPacer(self.config.max_step_tokens, self.config.prefill_multiple)
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.special_ids = special_token_ids(tokenizer)
         self._lock = threading.Lock()
@@ -238,7 +240,7 @@ class Engine:
     def _schedule(self) -> StepBatch | None:
         """The scheduler's plan for this step, admitting waiting requests into free slots."""
         with self._lock:
-            batch = self.scheduler.schedule()
+            batch = self.scheduler.schedule(self.pacer.budget(self.scheduler.decoders()))
         for seq in batch.admitted if batch is not None else ():
             self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
         return batch
@@ -291,6 +293,7 @@ class Engine:
         return event if reason is None else self._close(seq, reason, last=event)
 
     def _count_step(self, batch: StepBatch, seconds: float) -> None:
+        self.pacer.observe(len(batch.decode_slots), batch.num_prefill_tokens, seconds)
         self._counts.steps += 1
         self._counts.tokens_generated += len(batch.samplers)
         self._counts.prompt_tokens_processed += batch.num_prefill_tokens

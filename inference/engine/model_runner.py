@@ -12,6 +12,8 @@ prefill chunk. Logits are computed only for rows that pick a token.
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,9 +22,12 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from inference.engine.batch import PrefillChunk, StepBatch
+from inference.engine.compiled_decode import BUCKETS, CompiledDecode
 from inference.engine.errors import UnsupportedModel
 from inference.engine.kv_cache import KVCache, KVSpec
 from inference.engine.weights.layers import LayerProjections, dense_projection, layer_linears
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
@@ -35,13 +40,14 @@ class DecodeGroup:
 
     `rows` picks the group's rows among the step's decode rows (None: all, in order).
     A view group reads K[:span, :, :longest], its rows sitting at `scatter` (None: 0..n-1);
-    a gather group reads the slots in `gather`. `mask` is True past each row's length.
+    a gather group reads the slots in `gather`. `mask` is True past each row's length; None
+    when every row is as long as the view (one decoder, or equal lengths): nothing to mask.
     """
 
     rows: torch.Tensor | None
     span: int
     longest: int
-    mask: torch.Tensor
+    mask: torch.Tensor | None
     scatter: torch.Tensor | None
     gather: torch.Tensor | None
 
@@ -89,7 +95,10 @@ class LlamaRunner:
         self.model = model
         self.layers = list(model.model.layers)
         self.weights = weights
-        self.projections = projections or [self._dense_layer(layer) for layer in self.layers]
+        self.compiled: CompiledDecode | None = None
+        self.compile_state = "off"
+        self.compile_seconds: dict[int, float] = {}
+        self.projections = projections or [self.dense_layer(layer) for layer in self.layers]
         attention = self.layers[0].self_attn
         self.head_dim = attention.head_dim
         self.scaling = attention.scaling
@@ -113,7 +122,7 @@ class LlamaRunner:
         ]
 
     @staticmethod
-    def _dense_layer(layer: torch.nn.Module) -> LayerProjections:
+    def dense_layer(layer: torch.nn.Module) -> LayerProjections:
         """The layer's own linears, fused."""
         linears = layer_linears(layer)
         return LayerProjections(**{name: dense_projection(mods) for name, mods in linears.items()})
@@ -129,7 +138,35 @@ class LlamaRunner:
         return length
 
     def forward(self, batch: StepBatch, cache: KVCache) -> torch.Tensor:
-        """Feed the step's tokens through every layer; logits only for sampling rows."""
+        """Feed the step's tokens through every layer; logits only for sampling rows.
+
+        With the compiled step ready, decode rows go through it and prefill chunks (if any)
+        through a second, eager pass: a mixed step then costs a compiled decode step plus
+        its chunks, which is what the prefill pacer budgets.
+        """
+        compiled = self.compiled
+        rows = len(batch.decode_slots)
+        if compiled is not None and 0 < rows <= compiled.max_rows:
+            decode = StepBatch(
+                decode_slots=batch.decode_slots,
+                decode_token_ids=batch.decode_token_ids,
+                decode_positions=batch.decode_positions,
+            )
+            try:
+                with torch.compiler.set_stance("fail_on_recompile"):
+                    logits = self._compiled_forward(compiled, decode, cache)
+            except Exception as exc:  # any compiler fault: this step and the rest run eagerly
+                self._compile_failed(exc)
+            else:
+                if not batch.chunks:
+                    return logits
+                return torch.cat(
+                    [logits, self._eager_forward(StepBatch(chunks=batch.chunks), cache)]
+                )
+        return self._eager_forward(batch, cache)
+
+    def _eager_forward(self, batch: StepBatch, cache: KVCache) -> torch.Tensor:
+        """The step op by op: any mix of decode rows and prefill chunks."""
         device = self.kv_spec.device
         token_ids = list(batch.decode_token_ids)
         slots = list(batch.decode_slots)
@@ -185,6 +222,52 @@ class LlamaRunner:
         picked = hidden[rows] if len(rows) != hidden.shape[0] else hidden
         return self.model.lm_head(inner.norm(picked)).float()
 
+    def compile_decode(self, buckets: tuple[int, ...] = BUCKETS) -> threading.Thread:
+        """Build the compiled decode step in a background thread; steps run eagerly meanwhile.
+
+        The graphs are warmed on a scratch cache, so the engine's own cache is never touched
+        from this thread; `compiled` is set (one attribute store) once every bucket runs.
+        """
+        self.compile_state = "warming"
+
+        def build() -> None:
+            try:
+                with torch.inference_mode():
+                    compiled = CompiledDecode(self, buckets)
+                    compiled.warm(self._compiled_forward)
+            except Exception as exc:  # any compiler fault leaves the engine eager, said once
+                self._compile_failed(exc)
+                return
+            self.compile_seconds = compiled.warm_seconds
+            self.compiled = compiled
+            self.compile_state = "ready"
+
+        thread = threading.Thread(target=build, name="tandem-compile", daemon=True)
+        thread.start()
+        return thread
+
+    def _compile_failed(self, exc: Exception) -> None:
+        """Fall back to the eager step for good, with one log line saying why."""
+        self.compiled = None
+        self.compile_state = f"failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+        log.warning("compiled decode unavailable, running eagerly: %s", self.compile_state)
+
+    def _compiled_forward(
+        self, compiled: CompiledDecode, batch: StepBatch, cache: KVCache
+    ) -> torch.Tensor:
+        """A decode-only step through the compiled graph; attention stays this runner's."""
+        positions_t = torch.tensor(batch.decode_positions, device=self.kv_spec.device)
+        cache_rows = self._cache_rows(batch.decode_slots, positions_t, cache.capacity)
+        plan = self._decode_plan(batch, cache)
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+            keys, values = cache.keys(layer), cache.values(layer)
+            keys.view(-1, self.head_dim).index_copy_(0, cache_rows, k.reshape(-1, self.head_dim))
+            values.view(-1, self.head_dim).index_copy_(0, cache_rows, v.reshape(-1, self.head_dim))
+            return self._decode_attention(q, keys, values, plan)
+
+        return compiled.run(batch.decode_token_ids, batch.decode_positions, attend)
+
     def _cache_rows(self, slots: list[int], positions: torch.Tensor, capacity: int) -> torch.Tensor:
         """Row of every (token, kv head) in a layer's cache seen as [slots*heads*capacity, dim].
 
@@ -227,14 +310,18 @@ class LlamaRunner:
         span = slots[-1] + 1
         lengths = [max(length, 1) for length in cache.lengths[:span]]
         longest = max(max(cache.lengths[slot], 1) for slot in slots)
-        lengths_t = torch.tensor(lengths, device=device)
-        mask = torch.arange(longest, device=device)[None, :] >= lengths_t[:, None]
+        mask = None
+        if min(lengths) < longest:
+            lengths_t = torch.tensor(lengths, device=device)
+            mask = (torch.arange(longest, device=device)[None, :] >= lengths_t[:, None])[
+                :, None, None, :
+            ]
         scatter = None if span == len(slots) else torch.tensor(slots, device=device)
         return DecodeGroup(
             rows=None if rows is None else torch.tensor(rows, device=device),
             span=span,
             longest=longest,
-            mask=mask[:, None, None, :],
+            mask=mask,
             scatter=scatter,
             gather=None,
         )
@@ -288,7 +375,8 @@ class LlamaRunner:
             k = keys[: group.span, :, : group.longest]
             v = values[: group.span, :, : group.longest]
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.scaling
-        scores = scores.masked_fill(group.mask, float("-inf"))
+        if group.mask is not None:
+            scores = scores.masked_fill(group.mask, float("-inf"))
         probs = scores.softmax(-1, dtype=torch.float32).to(v.dtype)
         out = torch.matmul(probs, v)
         if group.scatter is not None:

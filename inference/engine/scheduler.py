@@ -66,11 +66,17 @@ class Scheduler:
             return False
         return True
 
-    def schedule(self) -> StepBatch | None:
+    def decoders(self) -> int:
+        """Running sequences past their prompt: each feeds one token next step."""
+        return sum(1 for s in self.running if not s.prefilling)
+
+    def schedule(self, prefill_budget: int | None = None) -> StepBatch | None:
         """Plan the next step (admitting waiting requests); None when there is nothing to run.
 
-        Cache lengths and `num_computed` are advanced here, as if the step succeeds; a step
-        that fails frees every sequence in it, so nothing is left half-committed.
+        Decoders first, then at most `prefill_budget` prompt tokens (the pacer's), all
+        within `max_step_tokens`. Cache lengths and `num_computed` are advanced here, as if
+        the step succeeds; a step that fails frees every sequence in it, so nothing is left
+        half-committed.
         """
         batch = StepBatch()
         budget = self.max_step_tokens
@@ -84,6 +90,8 @@ class Scheduler:
             batch.sequences.append(seq)
             batch.samplers.append(seq)
             budget -= 1
+        if prefill_budget is not None:
+            budget = min(budget, prefill_budget)
         for seq in [s for s in self.running if s.prefilling]:
             if budget <= 0:
                 break

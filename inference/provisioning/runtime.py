@@ -95,6 +95,8 @@ class ModelRuntime:
                 info["error"] = self.error
             if self.loaded is not None:
                 info.update(self.loaded.describe())
+            if self.engine is not None:
+                info["compile"] = getattr(self.engine.runner, "compile_state", "off")
             return info
 
 

@@ -33,6 +33,8 @@ def load_source() -> tuple[loading.LoadedModel, ModelRunner | None]:
     loaded = loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE)
     runner = build_runner(loaded.model, settings.TANDEM_WEIGHTS, loaded.gguf)
     loaded.weights = runner.weights
+    if settings.TANDEM_COMPILE:
+        runner.compile_decode()
     return loaded, runner
 
 

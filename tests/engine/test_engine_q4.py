@@ -135,14 +135,16 @@ def test_fallbacks_to_dense_are_logged_once(tmp_path, monkeypatch, caplog) -> No
     model, path = tiny_q4(tmp_path)
     with caplog.at_level(logging.INFO, logger=choice.__name__):
         assert build_runner(model, "q4", None).weights == "bf16"
-        assert build_runner(model, "auto", None).weights == "bf16"
         monkeypatch.setattr(choice, "int4_kernel_missing", lambda: "no int4 kernel (test)")
+        assert build_runner(model, "q4", path).weights == "bf16"
         assert build_runner(model, "auto", path).weights == "bf16"
+        assert build_runner(model, "int8", path).weights == "bf16"
     messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == choice.__name__]
-    assert len(messages) == 3
+    assert len(messages) == 4
     assert messages[0][0] == logging.WARNING and "not the packaged GGUF" in messages[0][1]
-    assert messages[1][0] == logging.INFO
-    assert "no int4 kernel (test)" in messages[2][1]
+    assert messages[1][0] == logging.WARNING and "no int4 kernel (test)" in messages[1][1]
+    assert messages[2][0] == logging.INFO and "bfloat16 activations" in messages[2][1]
+    assert messages[3][0] == logging.WARNING and "bfloat16 activations" in messages[3][1]
     assert build_runner(model, "bf16", path).weights == "bf16"
     with pytest.raises(ValueError, match="TANDEM_WEIGHTS must be one of"):
         build_runner(model, "int3", path)
@@ -165,7 +167,7 @@ def test_packaged_q4_perplexity_within_one_percent_of_bf16() -> None:
         pytest.skip(missing)
     loaded = loading.load(None, "bfloat16")
     gguf_path = model_source.packaged_gguf()
-    q4 = build_runner(loaded.model, "auto", gguf_path, max_rows=ALWAYS_INT4)
+    q4 = build_runner(loaded.model, "q4", gguf_path, max_rows=ALWAYS_INT4)
     assert q4.weights == "q4"
     dense = build_runner(loaded.model, "bf16", gguf_path)
     ids = loaded.tokenizer(TEXT.read_text())["input_ids"]

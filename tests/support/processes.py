@@ -97,6 +97,7 @@ def child_env(**overrides: str) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
             "PATH": f"{BIN}:{env.get('PATH', '')}",
             "REDIS_URL": settings.REDIS_URL,
+            "TANDEM_COMPILE": os.environ.get("TANDEM_COMPILE", "0"),
         }
     )
     env.update(overrides)

@@ -1,10 +1,11 @@
 """TANDEM_WEIGHTS: which weights the runner multiplies by, and the runner built on them.
 
 `bf16` is the model's own dense weights (in TANDEM_DTYPE's dtype, bfloat16 on CPUs that have
-it). `q4` reads the packaged GGUF's Q4_1 tensors into torch's int4 format. `auto` is q4 when
-the model came from the packaged GGUF, runs on the CPU and torch has the int4 CPU kernel,
-bf16 otherwise (a local HF directory has no GGUF). A q4 that cannot be had falls back to
-bf16 and says why in one log line.
+it). `q4` reads the packaged GGUF's Q4_1 tensors into torch's int4 format. `int8` rounds the
+dense weights to int8 per output row for torch's int8 weight-only kernel (any model). `auto`
+is int8 when the model runs in bfloat16 on the CPU and torch has that kernel, bf16
+otherwise: q4 is faster still but changes greedy answers (docs/engine.md, "Weight
+formats"). A format that cannot be had falls back to bf16 and says why in one log line.
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ from transformers import PreTrainedModel
 
 from inference.engine.model_runner import LlamaRunner, runner_for
 from inference.engine.weights.layers import LayerProjections, layer_linears, q4_projection
-from inference.engine.weights.projection import GROUP
+from inference.engine.weights.projection import GROUP, Projection
 from inference.engine.weights.q4 import read_layers
 
 log = logging.getLogger(__name__)
 
-CHOICES = ("auto", "bf16", "q4")
+CHOICES = ("auto", "bf16", "q4", "int8")
 # Largest row count of a step at which the int4 kernel beats the dense bf16 one over a
 # decoder layer (fused projections), measured by `python -m bench.linear_kernels`.
 INT4_MAX_ROWS = 8
+INT8_MAX_ROWS = 8
 
 
 def int4_kernel_missing() -> str | None:
@@ -39,6 +41,35 @@ def int4_kernel_missing() -> str | None:
     except (AttributeError, RuntimeError, NotImplementedError) as exc:
         return f"torch {torch.__version__} has no int4 CPU kernel here ({exc})"
     return None
+
+
+def int8_missing(model: PreTrainedModel) -> str | None:
+    """None when torch's int8 weight-only kernel runs for this model here, else why not."""
+    parameter = next(model.parameters())
+    if parameter.device.type != "cpu":
+        return "the int8 kernel is the CPU one and the model is not on the CPU"
+    if parameter.dtype != torch.bfloat16:
+        return f"int8 runs with bfloat16 activations and the model is in {parameter.dtype}"
+    try:
+        x = torch.ones(1, 64, dtype=torch.bfloat16)
+        weight = torch.ones(8, 64, dtype=torch.int8)
+        torch._weight_int8pack_mm(x, weight, torch.ones(8, dtype=torch.bfloat16))
+    except (AttributeError, RuntimeError, NotImplementedError) as exc:
+        return f"torch {torch.__version__} has no int8 CPU kernel here ({exc})"
+    return None
+
+
+def int8_layers(model: PreTrainedModel, max_rows: int) -> list[LayerProjections]:
+    """Every decoder layer's fused projections rounded to int8, with their dense packing."""
+    layers = []
+    for layer in model.model.layers:
+        dense = LlamaRunner.dense_layer(layer)
+        built = {
+            name: Projection.from_dense_int8(p.dense, p.bias, max_rows)
+            for name, p in vars(dense).items()
+        }
+        layers.append(LayerProjections(**built))
+    return layers
 
 
 def q4_missing(model: PreTrainedModel, gguf: Path | None) -> str | None:
@@ -62,7 +93,7 @@ def q4_layers(model: PreTrainedModel, gguf: Path, max_rows: int) -> list[LayerPr
 
 
 def build_runner(
-    model: PreTrainedModel, setting: str, gguf: Path | None, max_rows: int = INT4_MAX_ROWS
+    model: PreTrainedModel, setting: str, gguf: Path | None, max_rows: int | None = None
 ) -> LlamaRunner:
     """The runner on the weights TANDEM_WEIGHTS asks for, falling back to bf16 with a log line."""
     setting = (setting or "auto").strip().lower()
@@ -70,10 +101,19 @@ def build_runner(
         raise ValueError(f"TANDEM_WEIGHTS must be one of {', '.join(CHOICES)}, not {setting!r}.")
     if setting == "bf16":
         return runner_for(model)
+    if setting in ("auto", "int8"):
+        missing = int8_missing(model)
+        if missing is None:
+            rows = INT8_MAX_ROWS if max_rows is None else max_rows
+            return LlamaRunner(model, int8_layers(model, rows), weights="int8")
+        level = logging.WARNING if setting == "int8" else logging.INFO
+        log.log(level, "weights: int8 unavailable, using the dense weights: %s", missing)
+        return runner_for(model)
     missing = q4_missing(model, gguf)
     if missing is None and gguf is not None:
         try:
-            return LlamaRunner(model, q4_layers(model, gguf, max_rows), weights="q4")
+            rows = INT4_MAX_ROWS if max_rows is None else max_rows
+            return LlamaRunner(model, q4_layers(model, gguf, rows), weights="q4")
         except (ValueError, OSError) as exc:
             missing = f"{gguf.name} does not fit the model: {exc}"
     level = logging.WARNING if setting == "q4" else logging.INFO

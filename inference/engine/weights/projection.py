@@ -1,10 +1,11 @@
 """A decoder projection with two packings, and the kernel picked per call by the row count.
 
-torch's int4 weight-only CPU kernel reads a quarter of bf16's bytes, so it wins when a step
-has few rows (decode of a few streams: the matmul is memory bound), but it dequantizes per
-row tile and loses to the dense bf16 GEMM when many rows share each weight read. A q4
-projection therefore keeps both packings of the same weights (the dense one is the int4
-values rounded to the compute dtype) and picks the kernel by the rows of each call.
+torch's weight-only CPU kernels (int4 group-32, int8 per row) read a quarter (a half) of
+bf16's bytes, so they win when a step has few rows (decode of a few streams: the matmul is
+memory bound), but they dequantize per row tile and lose to the dense bf16 GEMM when many
+rows share each weight read. A q4 or int8 projection therefore keeps both packings of the
+same weights (the dense one is the quantized values in the compute dtype) and picks the
+kernel by the rows of each call.
 """
 
 from __future__ import annotations
@@ -48,19 +49,23 @@ class Q4Matrix:
 
 
 class Projection:
-    """y = x Wᵀ (+ b), on the int4 kernel up to `max_rows` rows and the dense one above."""
+    """y = x Wᵀ (+ b): a weight-only kernel (int4 or int8) up to `max_rows`, dense above.
+
+    `small` is the packing the weight-only kernel reads: ("int4", (packed, scales_and_zeros))
+    or ("int8", (int8 weights, per-row scales)); None for a dense-only projection.
+    """
 
     def __init__(
         self,
         dense: torch.Tensor,
         bias: torch.Tensor | None = None,
-        int4: tuple[torch.Tensor, torch.Tensor] | None = None,
+        small: tuple[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
         max_rows: int = 0,
     ) -> None:
         self.dense = dense
         self.bias = bias
-        self.int4 = int4
-        self.max_rows = max_rows if int4 is not None else 0
+        self.small = small
+        self.max_rows = max_rows if small is not None else 0
         self.out_features, self.in_features = dense.shape
 
     @classmethod
@@ -84,22 +89,52 @@ class Projection:
         scales_and_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
         rounded = Q4Matrix(matrix.q, scales.float(), zeros.float() - ZERO_POINT * scales.float())
         dense = rounded.dequantize().to(dtype)
-        return cls(dense, bias, (packed, scales_and_zeros), max_rows)
+        return cls(dense, bias, ("int4", (packed, scales_and_zeros)), max_rows)
+
+    @classmethod
+    def from_dense_int8(
+        cls, weight: torch.Tensor, bias: torch.Tensor | None, max_rows: int
+    ) -> Projection:
+        """Symmetric int8 per output row, for torch's int8 weight-only kernel.
+
+        Half of bf16's bytes with a rounding error of ~1% of a row's largest weight / 254
+        per weight; the dense packing holds the same rounded values, so both kernels
+        multiply by the same weights.
+        """
+        w = weight.float()
+        scales = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
+        q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+        scales = scales.to(weight.dtype)
+        dense = (q.float() * scales.float()[:, None]).to(weight.dtype)
+        return cls(dense, bias, ("int8", (q, scales)), max_rows)
 
     def dense_mm(self, x: torch.Tensor) -> torch.Tensor:
         """The dense kernel (oneDNN/MKL GEMM), whatever the row count."""
         return F.linear(x, self.dense, self.bias)
 
-    def int4_mm(self, x: torch.Tensor) -> torch.Tensor:
-        """The int4 weight-only kernel, whatever the row count (needs the int4 packing)."""
-        if self.int4 is None:
-            raise ValueError("this projection has no int4 packing")
-        packed, scales_and_zeros = self.int4
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales_and_zeros)
-        return y if self.bias is None else y + self.bias
+    def small_mm(self, x: torch.Tensor) -> torch.Tensor:
+        """The weight-only kernel, whatever the row count (needs its packing)."""
+        if self.small is None:
+            raise ValueError("this projection has no weight-only packing")
+        return small_kernel(x, *self.small, self.bias)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [rows, in] -> [rows, out], on the kernel that is faster at this many rows."""
         if x.shape[0] <= self.max_rows:
-            return self.int4_mm(x)
+            return self.small_mm(x)
         return self.dense_mm(x)
+
+
+def small_kernel(
+    x: torch.Tensor,
+    kind: str,
+    packing: tuple[torch.Tensor, torch.Tensor],
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """torch's int4 (group 32) or int8 (per row) weight-only matmul, plus the bias."""
+    weight, scales = packing
+    if kind == "int4":
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, weight, GROUP, scales)
+    else:
+        y = torch._weight_int8pack_mm(x, weight, scales)
+    return y if bias is None else y + bias

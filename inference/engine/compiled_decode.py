@@ -1,0 +1,197 @@
+"""The decode step compiled: one inductor graph per batch bucket, attention left to the runner.
+
+At one row a decode step is ~200 small matmuls plus norms, rotary and activations, each a
+separate eager kernel call; the call overhead and the unpacked bf16 weights, not the bytes,
+set its time. Inductor with freezing treats the weights as constants (oneDNN-prepacked
+linears, fused elementwise work) and runs the whole layer stack as one generated function.
+
+What cannot be static is attention: it reads a KV cache whose lengths change every step.
+So it is an opaque custom op (`tandem::decode_attention`) that the graph calls once per
+layer; the op writes the step's K/V into the cache and attends with the runner's own eager
+code, reading the step's cache plan from `StepContext`, which the caller sets around the
+call. Rows are padded up to a bucket (1, 2, 4, 8, 16, 32): shapes are static, every bucket
+is compiled and warmed at start, and a steady state never recompiles. Prefill chunks (and
+decode batches above the largest bucket) stay eager.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from inference.engine.batch import StepBatch
+from inference.engine.kv_cache import KVCache
+from inference.engine.weights.projection import Projection, small_kernel
+
+log = logging.getLogger(__name__)
+
+BUCKETS = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass(slots=True)
+class StepContext:
+    """What the attention op needs for one compiled step (set only around the graph call)."""
+
+    attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
+    rows: int
+
+
+_step = threading.local()
+
+
+@torch.library.custom_op("tandem::decode_attention", mutates_args=())
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+    """Write the real rows' K/V into the cache and attend; padded rows come back as zeros."""
+    context: StepContext = _step.context
+    rows = context.rows
+    out = context.attend(q[:rows], k[:rows], v[:rows], layer)
+    if rows == q.shape[0]:
+        return out
+    return torch.cat([out, out.new_zeros(q.shape[0] - rows, out.shape[1])])
+
+
+@decode_attention.register_fake
+def _decode_attention_shape(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int
+) -> torch.Tensor:
+    return q.new_empty(q.shape)
+
+
+class _Linear(nn.Module):
+    """A projection with its weights registered, so freezing folds them into the graph.
+
+    The kernel is fixed when the graph is traced (the bucket's row count is static): the
+    weight-only one (int4 or int8) for buckets up to the projection's `max_rows`, the dense
+    packing above.
+    """
+
+    def __init__(self, projection: Projection) -> None:
+        super().__init__()
+        self.max_rows = projection.max_rows
+        self.weight = nn.Parameter(projection.dense, requires_grad=False)
+        self.bias = None if projection.bias is None else nn.Parameter(projection.bias, False)
+        self.kind = projection.small[0] if projection.small is not None else "dense"
+        if projection.small is not None:
+            packed, scales = projection.small[1]
+            self.register_buffer("packed", packed, persistent=False)
+            self.register_buffer("scales", scales, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] <= self.max_rows:
+            return small_kernel(x, self.kind, (self.packed, self.scales), self.bias)
+        return nn.functional.linear(x, self.weight, self.bias)
+
+
+class DecodeModel(nn.Module):
+    """The decoder stack for decode rows: ids and positions in, float32 logits out."""
+
+    def __init__(self, runner: object) -> None:
+        super().__init__()
+        model = runner.model
+        self.inner = model.model
+        self.lm_head = model.lm_head
+        self.linears = nn.ModuleList(
+            nn.ModuleDict(
+                {
+                    "qkv": _Linear(p.qkv),
+                    "o": _Linear(p.o),
+                    "gate_up": _Linear(p.gate_up),
+                    "down": _Linear(p.down),
+                }
+            )
+            for p in runner.projections
+        )
+        self.qkv_sizes = list(runner.qkv_sizes)
+        self.num_heads = runner.num_heads
+        self.num_kv_heads = runner.num_kv_heads
+        self.head_dim = runner.head_dim
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        inner = self.inner
+        hidden = inner.embed_tokens(ids)
+        cos, sin = inner.rotary_emb(hidden, positions[None])
+        cos, sin = cos[0], sin[0]
+        rows = ids.shape[0]
+        for index, (layer, lin) in enumerate(zip(inner.layers, self.linears, strict=True)):
+            x = layer.input_layernorm(hidden)
+            q, k, v = lin["qkv"](x).split(self.qkv_sizes, dim=-1)
+            q = q.view(rows, self.num_heads, self.head_dim)
+            k = k.view(rows, self.num_kv_heads, self.head_dim)
+            q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
+            attended = torch.ops.tandem.decode_attention(
+                q.reshape(rows, -1), k.reshape(rows, -1), v.contiguous(), index
+            )
+            hidden = hidden + lin["o"](attended)
+            gate, up = lin["gate_up"](layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
+            hidden = hidden + lin["down"](layer.mlp.act_fn(gate) * up)
+        return self.lm_head(inner.norm(hidden)).float()
+
+
+class CompiledDecode:
+    """Compiled decode graphs by bucket; `run` pads a decode-only step to its bucket."""
+
+    def __init__(self, runner: object, buckets: tuple[int, ...] = BUCKETS) -> None:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.freezing = True
+        torch._dynamo.config.cache_size_limit = max(
+            torch._dynamo.config.cache_size_limit, 2 * len(buckets)
+        )
+        self.runner = runner
+        self.buckets = buckets
+        self.model = DecodeModel(runner).eval()
+        self.graph = torch.compile(self.model, dynamic=False, fullgraph=True)
+        self.warm_seconds: dict[int, float] = {}
+
+    @property
+    def max_rows(self) -> int:
+        """Decode steps with more rows than this run eagerly."""
+        return self.buckets[-1]
+
+    def bucket(self, rows: int) -> int:
+        """The smallest bucket holding `rows`."""
+        return next(b for b in self.buckets if b >= rows)
+
+    def run(
+        self,
+        ids: list[int],
+        positions: list[int],
+        attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor],
+    ) -> torch.Tensor:
+        """Logits [len(ids), vocab] of a decode-only step, through its bucket's graph."""
+        rows = len(ids)
+        size = self.bucket(rows)
+        device = self.runner.kv_spec.device
+        ids_t = torch.zeros(size, dtype=torch.long, device=device)
+        positions_t = torch.zeros(size, dtype=torch.long, device=device)
+        ids_t[:rows] = torch.tensor(ids, device=device)
+        positions_t[:rows] = torch.tensor(positions, device=device)
+        _step.context = StepContext(attend, rows)
+        try:
+            logits = self.graph(ids_t, positions_t)
+        finally:
+            _step.context = None
+        return logits[:rows]
+
+    def warm(self, step: Callable[[CompiledDecode, StepBatch, KVCache], torch.Tensor]) -> None:
+        """Compile and run every bucket once on a scratch cache of its own, timing each."""
+        cache = KVCache(self.runner.kv_spec, self.max_rows, 2)
+        for size in self.buckets:
+            started = time.perf_counter()
+            slots = [cache.allocate() for _ in range(size)]
+            for slot in slots:
+                cache.extend(slot, 1)
+            batch = StepBatch(
+                decode_slots=slots, decode_token_ids=[0] * size, decode_positions=[0] * size
+            )
+            step(self, batch, cache)
+            cache.reset()
+            self.warm_seconds[size] = round(time.perf_counter() - started, 1)
+            log.info("compiled decode: bucket %d ready in %.1f s", size, self.warm_seconds[size])

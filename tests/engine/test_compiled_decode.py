@@ -1,0 +1,131 @@
+"""The compiled decode step: parity with the eager step, batch invariance, no recompiles in
+steady state, and the eager fallback when the compiler fails. Tiny models, small buckets."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from inference.engine import SamplingParams
+from inference.engine.model_runner import LlamaRunner
+from inference.engine.weights.choice import build_runner
+from tests.engine.helpers import WAIT, hf_greedy, sharpen, tiny_config
+from tests.engine.test_engine_q4 import tiny_q4
+
+BUCKETS = (1, 2, 4)
+
+
+@pytest.fixture(scope="module")
+def compiled_runner() -> LlamaRunner:
+    """A tiny float32 Llama whose decode step is compiled for BUCKETS (built once)."""
+    torch.manual_seed(1)
+    model = sharpen(LlamaForCausalLM(LlamaConfig(**tiny_config())))
+    runner = LlamaRunner(model)
+    runner.compile_decode(BUCKETS).join()
+    assert runner.compile_state == "ready", runner.compile_state
+    return runner
+
+
+def frames_compiled() -> int:
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+
+def test_compiled_greedy_matches_hf_and_never_recompiles(compiled_runner, tokenizer, make_engine):
+    """Every bucket was built at start; decode steps of 1 to 6 rows (6: eager) add no graph."""
+    model = compiled_runner.model
+    assert set(compiled_runner.compile_seconds) == set(BUCKETS)
+    graphs = frames_compiled()
+    engine = make_engine(model, tokenizer, runner=compiled_runner, max_running=6)
+    prompts = [[5, 600, 7000], list(range(300, 320)), [42] * 7, [9, 8, 7, 6], [1000], [77, 78]]
+    params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+    for count in (1, 3, 6):
+        results = engine.generate_batch([(None, p, params) for p in prompts[:count]], WAIT)
+        for prompt, result in zip(prompts, results, strict=False):
+            assert result.token_ids == hf_greedy_no_eos(model, prompt, 12)
+    assert frames_compiled() == graphs
+    assert compiled_runner.compile_state == "ready"
+
+
+def hf_greedy_no_eos(model, prompt: list[int], new_tokens: int) -> list[int]:
+    """HF greedy with EOS ignored, like `ignore_eos=True`."""
+    with torch.no_grad():
+        output = model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return output[0, len(prompt) :].tolist()
+
+
+def test_compiled_batch_invariance(compiled_runner, tokenizer, make_engine):
+    """A request's greedy tokens do not depend on its companions in the compiled buckets."""
+    engine = make_engine(compiled_runner.model, tokenizer, runner=compiled_runner, max_running=4)
+    generator = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(100, 49152, (n,), generator=generator).tolist() for n in (3, 9, 17)]
+    requests = [
+        (None, p, SamplingParams(max_new_tokens=6 + 4 * i, ignore_eos=True))
+        for i, p in enumerate(prompts)
+    ]
+    alone = [engine.generate_batch([r], timeout=WAIT)[0].token_ids for r in requests]
+    together = [r.token_ids for r in engine.generate_batch(requests, timeout=WAIT)]
+    assert together == alone
+
+
+def test_q4_compiles_on_the_int4_kernel(tmp_path, tokenizer, make_engine):
+    """q4 weights compile too; in float32 (exact scales) greedy equals the dense model's."""
+    model, path = tiny_q4(tmp_path)
+    runner = build_runner(model, "q4", path, max_rows=8)
+    runner.compile_decode((1, 2)).join()
+    assert runner.compile_state == "ready", runner.compile_state
+    engine = make_engine(model, tokenizer, runner=runner, max_running=2)
+    prompt = [5, 600, 7000]
+    result = engine.generate_batch([(None, prompt, SamplingParams(max_new_tokens=10))], WAIT)[0]
+    assert result.token_ids == hf_greedy(model, prompt, 10)
+
+
+def test_a_compiler_failure_leaves_the_engine_eager(monkeypatch, caplog, tokenizer, make_engine):
+    """torch.compile raising (no compiler here) is said once; replies still come, eagerly."""
+    torch.manual_seed(2)
+    model = sharpen(LlamaForCausalLM(LlamaConfig(**tiny_config())))
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    runner = LlamaRunner(model)
+    with caplog.at_level(logging.WARNING):
+        runner.compile_decode(BUCKETS).join()
+    assert runner.compile_state.startswith("failed: RuntimeError: no C++ compiler found")
+    assert runner.compiled is None
+    warnings = [r for r in caplog.records if "compiled decode unavailable" in r.getMessage()]
+    assert len(warnings) == 1
+    engine = make_engine(model, tokenizer, runner=runner, max_running=2)
+    prompt = [5, 600, 7000]
+    result = engine.generate_batch([(None, prompt, SamplingParams(max_new_tokens=8))], WAIT)[0]
+    assert result.token_ids == hf_greedy(model, prompt, 8)
+
+
+def test_a_failing_compiled_step_falls_back_for_good(
+    compiled_runner, tokenizer, make_engine, monkeypatch
+):
+    """A compiled step that raises is rerun eagerly; the runner stays eager afterwards."""
+    model = compiled_runner.model
+    runner = LlamaRunner(model)
+    runner.compiled, runner.compile_state = compiled_runner.compiled, "ready"
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("graph fault")
+
+    monkeypatch.setattr(runner.compiled, "run", broken)
+    engine = make_engine(model, tokenizer, runner=runner, max_running=2)
+    prompt = [5, 600, 7000]
+    result = engine.generate_batch([(None, prompt, SamplingParams(max_new_tokens=8))], WAIT)[0]
+    assert result.finish_reason.value != "error"
+    assert result.token_ids == hf_greedy(model, prompt, 8)
+    assert runner.compiled is None
+    assert runner.compile_state == "failed: RuntimeError: graph fault"
