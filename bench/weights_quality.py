@@ -1,12 +1,12 @@
-"""What TANDEM_WEIGHTS=q4 costs in quality and gains in speed against bf16, on SmolLM2-135M.
+"""What TANDEM_WEIGHTS=q4 and int8 cost in quality and gain in speed against bf16 (SmolLM2).
 
     .venv/bin/python -m bench.weights_quality            # figures in docs/engine.md
 
-Quality: greedy agreement with the bf16 model over the 16 bench prompts × 64 tokens (q4 one
-request at a time, so every decode step runs the int4 kernel; and q4 with all 16 at once,
-which runs the dense packing of the same weights), and the perplexity of both on
-tests/data/perplexity.txt, every position scored through the runner (q4 on the int4 kernel
-for every row).
+Quality: greedy agreement with the bf16 model over the 16 bench prompts × 64 tokens (q4 and
+int8 one request at a time, so every decode step runs the weight-only kernel; and with all 16
+at once, which runs the dense packing of the same weights), and the perplexity of each on
+tests/data/perplexity.txt, every position scored through the runner (q4 and int8 on their
+weight-only kernel for every row).
 Speed: decode tok/s of one stream and of 32 streams (EOS ignored), on the engine.
 """
 
@@ -88,8 +88,16 @@ def main() -> None:
     loaded = loading.load(None, "bfloat16")
     model, tokenizer = loaded.model, loaded.tokenizer
     gguf = model_source.packaged_gguf()
-    runners = {"bf16": build_runner(model, "bf16", None), "q4": build_runner(model, "q4", gguf)}
-    int4_everywhere = build_runner(model, "q4", gguf, max_rows=EVERY_ROW)
+    runners = {
+        "bf16": build_runner(model, "bf16", None),
+        "q4": build_runner(model, "q4", gguf),
+        "int8": build_runner(model, "int8", None),
+    }
+    scored = {
+        "bf16": runners["bf16"],
+        "q4": build_runner(model, "q4", gguf, max_rows=EVERY_ROW),
+        "int8": build_runner(model, "int8", None, max_rows=EVERY_ROW),
+    }
     text_ids = tokenizer(TEXT.read_text())["input_ids"]
     prompts = chat_prompts(tokenizer, 16)
     config = EngineConfig(max_running=32, max_step_tokens=512)
@@ -98,11 +106,11 @@ def main() -> None:
         engine = Engine(model, tokenizer, config, runner=runner).start()
         try:
             if not args.speed_only:
-                ppl = perplexity(int4_everywhere if name == "q4" else runner, text_ids)
+                ppl = perplexity(scored[name], text_ids)
                 print(f"{name}: perplexity {ppl:.3f} ({len(text_ids)} tokens)", flush=True)
                 outputs[name] = greedy(engine, prompts, args.tokens, together=name == "bf16")
-            if name == "q4" and not args.speed_only:
-                outputs["q4 batched"] = greedy(engine, prompts, args.tokens, together=True)
+            if name != "bf16" and not args.speed_only:
+                outputs[f"{name} batched"] = greedy(engine, prompts, args.tokens, together=True)
             greedy(engine, prompts[:2], 4, together=True)
             one = tok_per_s(engine, prompts[:1], args.speed_tokens)
             many = tok_per_s(engine, chat_prompts(tokenizer, 32), args.speed_tokens)
@@ -111,11 +119,12 @@ def main() -> None:
             engine.shutdown()
     if args.speed_only:
         return
-    for name in ("q4", "q4 batched"):
+    for name in ("q4", "q4 batched", "int8", "int8 batched"):
         same, share = agreement(outputs["bf16"], outputs[name])
         print(f"{name} vs bf16: {same}/16 identical, {share:.1%} of tokens before a difference")
-    same, share = agreement(outputs["q4"], outputs["q4 batched"])
-    print(f"q4 alone vs batched: {same}/16 identical, {share:.1%} before a difference")
+    for name in ("q4", "int8"):
+        same, share = agreement(outputs[name], outputs[f"{name} batched"])
+        print(f"{name} alone vs batched: {same}/16 identical, {share:.1%} before a difference")
 
 
 if __name__ == "__main__":

@@ -256,7 +256,24 @@ if TANDEM_WEIGHTS not in ("auto", "bf16", "q4", "int8"):
     raise ImproperlyConfigured("TANDEM_WEIGHTS must be auto, bf16, q4 or int8.")
 # The decode step compiled by inductor (inference/engine/compiled_decode.py): built in the
 # background at start (/health's model.compile says "warming", steps run eagerly meanwhile).
+# TANDEM_COMPILE_BUCKETS: the decode batch sizes compiled (rows are padded up to the next one;
+# a step with more decoders than the last runs eagerly). Each costs ~30-90 s of CPU at start.
 TANDEM_COMPILE = env_bool("TANDEM_COMPILE", True)
+try:
+    TANDEM_COMPILE_BUCKETS = tuple(
+        int(size) for size in env_list("TANDEM_COMPILE_BUCKETS", ["1", "2", "4", "8", "16", "32"])
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(f"TANDEM_COMPILE_BUCKETS must be integers: {exc}") from exc
+if (
+    not TANDEM_COMPILE_BUCKETS
+    or list(TANDEM_COMPILE_BUCKETS) != sorted(set(TANDEM_COMPILE_BUCKETS))
+    or TANDEM_COMPILE_BUCKETS[0] < 1
+):
+    raise ImproperlyConfigured("TANDEM_COMPILE_BUCKETS must be ascending positive integers.")
+# Threads the engine's kernels use (torch.set_num_threads); 0 keeps torch's default (one per
+# core). bench/ws_ping.py measures what each choice does to Daphne's answers while decoding.
+TANDEM_TORCH_THREADS = env_int("TANDEM_TORCH_THREADS", 0)
 TANDEM_LOAD_MODEL = env_bool("TANDEM_LOAD_MODEL", True)
 TANDEM_HEALTH_TIMEOUT = env_float("TANDEM_HEALTH_TIMEOUT", 1.0)
 # Benchmarks only: `synthetic` swaps the model for a paced stand-in

@@ -6,6 +6,7 @@ Everything here imports torch, so only the web process imports it (config/asgi.p
 
 from __future__ import annotations
 
+import torch
 from django.conf import settings
 
 from inference.engine import Engine, EngineConfig
@@ -30,11 +31,13 @@ def load_source() -> tuple[loading.LoadedModel, ModelRunner | None]:
     """The model, or (TANDEM_ENGINE_SOURCE=synthetic, benchmarks only) a paced stand-in."""
     if settings.TANDEM_ENGINE_SOURCE == "synthetic":
         return synthetic.load(settings.TANDEM_MODEL, settings.TANDEM_SYNTHETIC_TOKENS_PER_S)
+    if settings.TANDEM_TORCH_THREADS:
+        torch.set_num_threads(settings.TANDEM_TORCH_THREADS)
     loaded = loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE)
     runner = build_runner(loaded.model, settings.TANDEM_WEIGHTS, loaded.gguf)
     loaded.weights = runner.weights
     if settings.TANDEM_COMPILE:
-        runner.compile_decode()
+        runner.compile_decode(settings.TANDEM_COMPILE_BUCKETS)
     return loaded, runner
 
 

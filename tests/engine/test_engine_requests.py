@@ -326,11 +326,11 @@ def test_a_fault_outside_the_model_call_is_recovered(
     schedule = engine.scheduler.schedule
     calls = []
 
-    def broken_once():
+    def broken_once(*args):
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("scheduler bug")
-        return schedule()
+        return schedule(*args)
 
     monkeypatch.setattr(engine.scheduler, "schedule", broken_once)
     engine.start()
