@@ -20,6 +20,7 @@ import time
 
 def measure(spec: dict) -> dict:
     """Load the model once, warm up, then one greedy `generate` per level."""
+    import vllm
     from vllm import LLM, SamplingParams, TokensPrompt
 
     llm = LLM(
@@ -48,8 +49,6 @@ def measure(spec: dict) -> dict:
                 "texts": [o.outputs[0].text for o in outputs],
             }
         )
-    import vllm
-
     return {"vllm": vllm.__version__, "levels": levels}
 
 
