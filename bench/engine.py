@@ -3,12 +3,17 @@
     .venv/bin/python -m bench.engine            # the documented run (docs/benchmarks.md)
     .venv/bin/python -m bench.engine --quick    # a minute or two, for development
 
+    .venv/bin/python -m bench.engine --quick --peers llama.cpp-http tandem-http
+
 Peers: the lecture's naive loop (string state, re-tokenised, no cache), the same loop with
 a KV cache, HF `generate` on a static batch, transformers' `generate_batch` (its continuous
 batching) and Tandem's engine, at each --streams level; the last two also with Poisson
-arrivals. Then the bare-forward ceiling, the lecture's table and chart, the ITL flatness
-of one long stream and head-of-line blocking. Every request generates exactly
---new-tokens tokens, greedily, EOS ignored. Prints tables and writes JSON to bench/results/.
+arrivals. Then, in their own processes, llama.cpp's `llama-server` and Tandem's own server
+driven over HTTP by one load client, and vLLM's CPU build (bench/served_peers.py). Then the
+bare-forward ceiling, the lecture's table and chart, the ITL flatness of one long stream and
+head-of-line blocking (these need the in-process `tandem` peer). Every request generates
+exactly --new-tokens tokens, greedily, EOS ignored. Prints tables and writes JSON to
+bench/results/.
 """
 
 from __future__ import annotations
@@ -23,8 +28,17 @@ from pathlib import Path
 
 import torch
 
-from bench import head_of_line, lecture, report
-from bench.peers import ceiling, hf_generate_batch, hf_static, kv_loop, naive
+from bench import head_of_line, lecture, report, served_peers
+from bench.peers import (
+    ceiling,
+    hf_generate_batch,
+    hf_static,
+    kv_loop,
+    llamacpp_http,
+    naive,
+    tandem_http,
+    vllm_cpu,
+)
 from bench.peers.tandem import TandemPeer
 from bench.stats import Figures, PeerRun, quarter_ratio, summarise
 from bench.workload import burst, chat_prompts, chat_texts, poisson
@@ -35,6 +49,8 @@ from inference.provisioning import loading
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 STEP_TOKENS = 512
+IN_PROCESS = ["naive", "kv_loop", "hf_static", "hf_generate_batch", report.TANDEM]
+SERVED = [llamacpp_http.NAME, tandem_http.NAME, vllm_cpu.NAME]
 
 
 def parse() -> argparse.Namespace:
@@ -55,6 +71,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--itl-tokens", type=int, default=512)
     parser.add_argument("--long-prompt", type=int, default=2000)
     parser.add_argument("--chart", type=Path, default=ROOT / "docs" / "lecture-itl.png")
+    parser.add_argument(
+        "--peers", nargs="+", choices=IN_PROCESS + SERVED, default=IN_PROCESS + SERVED
+    )
+    parser.add_argument(
+        "--build-llamacpp", action="store_true", help="build llama-server first if not cached"
+    )
     args = parser.parse_args()
     if args.quick:
         args.streams, args.new_tokens, args.naive_max_streams = [1, 8], 8, 1
@@ -82,71 +104,101 @@ def machine() -> dict[str, object]:
     }
 
 
-def peer_rows(args, model, tokenizer, tandem: TandemPeer) -> list[Figures]:
-    """Every peer at every streams level (burst), then the continuous ones with arrivals."""
-    rows: list[Figures] = []
-    n_tokens = args.new_tokens
+def adder(rows: list[Figures], n_tokens: int):
+    """A callback that summarises a run into `rows` and prints its line at once."""
 
     def add(system: str, arrivals: str, run: PeerRun) -> None:
         rows.append(summarise(system, arrivals, n_tokens, run))
         print(report.figures_table(rows[-1:]).splitlines()[1], flush=True)
 
+    return add
+
+
+def peer_rows(args, model, tokenizer, tandem: TandemPeer | None) -> list[Figures]:
+    """Every selected peer at every streams level (burst), then the continuous ones with
+    arrivals."""
+    rows: list[Figures] = []
+    n_tokens, chosen = args.new_tokens, set(args.peers)
+    add = adder(rows, n_tokens)
     for n in args.streams:
         prompts, texts = chat_prompts(tokenizer, n), chat_texts(tokenizer, n)
-        if n <= args.naive_max_streams:
+        if "naive" in chosen and n <= args.naive_max_streams:
             add("naive", "burst", naive.run(model, tokenizer, texts, n_tokens))
-        add("kv_loop", "burst", kv_loop.run(model, tokenizer, texts, n_tokens))
-        add("hf_static", "burst", hf_static.run(model, tokenizer, prompts, n_tokens))
-        add(
-            "hf_generate_batch",
-            "burst",
-            hf_generate_batch.run_burst(model, tokenizer, prompts, n_tokens, STEP_TOKENS),
-        )
-        add(report.TANDEM, "burst", tandem.run(prompts, burst(n), n_tokens))
+        if "kv_loop" in chosen:
+            add("kv_loop", "burst", kv_loop.run(model, tokenizer, texts, n_tokens))
+        if "hf_static" in chosen:
+            add("hf_static", "burst", hf_static.run(model, tokenizer, prompts, n_tokens))
+        if "hf_generate_batch" in chosen:
+            add(
+                "hf_generate_batch",
+                "burst",
+                hf_generate_batch.run_burst(model, tokenizer, prompts, n_tokens, STEP_TOKENS),
+            )
+        if tandem is not None:
+            add(report.TANDEM, "burst", tandem.run(prompts, burst(n), n_tokens))
     for n in (n for n in args.streams if n > 1):
         prompts, offsets = chat_prompts(tokenizer, n), poisson(n, args.mean_gap)
-        add(
-            "hf_generate_batch",
-            "poisson",
-            hf_generate_batch.run_arrivals(
-                model, tokenizer, prompts, offsets, n_tokens, STEP_TOKENS
-            ),
-        )
-        add(report.TANDEM, "poisson", tandem.run(prompts, offsets, n_tokens))
+        if "hf_generate_batch" in chosen:
+            add(
+                "hf_generate_batch",
+                "poisson",
+                hf_generate_batch.run_arrivals(
+                    model, tokenizer, prompts, offsets, n_tokens, STEP_TOKENS
+                ),
+            )
+        if tandem is not None:
+            add(report.TANDEM, "poisson", tandem.run(prompts, offsets, n_tokens))
     return rows
 
 
-def warm_up(model, tokenizer, tandem: TandemPeer) -> None:
-    """One tiny run of each peer, so first-call costs do not land in a measurement."""
+def served_rows(args, tokenizer) -> list[Figures]:
+    """The peers in their own processes: llama.cpp and Tandem over HTTP, vLLM's CPU build."""
+    rows: list[Figures] = []
+    add, chosen = adder(rows, args.new_tokens), set(args.peers)
+    if chosen & {llamacpp_http.NAME, tandem_http.NAME}:
+        settings = tandem_http.Settings(
+            max_running=max(32, *args.streams),
+            step_tokens=STEP_TOKENS,
+            dtype=args.dtype,
+            weights=args.weights,
+            model=args.model,
+            threads=args.threads,
+            compile=not args.no_compile,
+        )
+        threads = args.threads or os.cpu_count() or 1
+        served_peers.run_http(
+            chosen,
+            args.streams,
+            args.new_tokens,
+            tokenizer,
+            settings,
+            threads,
+            args.build_llamacpp,
+            add,
+        )
+    if vllm_cpu.NAME in chosen:
+        served_peers.run_vllm(args.streams, args.new_tokens, tokenizer, args.model, add)
+    return rows
+
+
+def warm_up(args, model, tokenizer, tandem: TandemPeer | None) -> None:
+    """One tiny run of each selected peer, so first-call costs do not land in a measurement."""
     prompts, texts = chat_prompts(tokenizer, 2), chat_texts(tokenizer, 2)
-    naive.run(model, tokenizer, texts, 2)
-    kv_loop.run(model, tokenizer, texts, 2)
-    hf_static.run(model, tokenizer, prompts, 2)
-    hf_generate_batch.run_burst(model, tokenizer, prompts, 2, STEP_TOKENS)
-    tandem.run(prompts, burst(2), 2)
+    chosen = set(args.peers)
+    if "naive" in chosen:
+        naive.run(model, tokenizer, texts, 2)
+    if "kv_loop" in chosen:
+        kv_loop.run(model, tokenizer, texts, 2)
+    if "hf_static" in chosen:
+        hf_static.run(model, tokenizer, prompts, 2)
+    if "hf_generate_batch" in chosen:
+        hf_generate_batch.run_burst(model, tokenizer, prompts, 2, STEP_TOKENS)
+    if tandem is not None:
+        tandem.run(prompts, burst(2), 2)
 
 
-def main() -> None:
-    args = parse()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    loaded = loading.load(args.model, args.dtype)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    runner = build_runner(model, args.weights, loaded.gguf)
-    if not args.no_compile:
-        started = time.perf_counter()
-        runner.compile_decode().join()
-        print(f"compiled decode: {runner.compile_state} in {time.perf_counter() - started:.0f} s")
-    info = machine() | {"weights": runner.weights, "compile": runner.compile_state}
-    print(f"model {loaded.name}  dtype {loaded.dtype}  {info}", flush=True)
-    config = EngineConfig(max_running=max(32, *args.streams), max_step_tokens=STEP_TOKENS)
-    tandem = TandemPeer(model, tokenizer, config, runner)
-    warm_up(model, tokenizer, tandem)
-
-    print("\n== peers ==", flush=True)
-    print(report.figures_table([]), flush=True)
-    rows = peer_rows(args, model, tokenizer, tandem)
-
+def tandem_sections(args, model, tokenizer, tandem: TandemPeer):
+    """The bare-forward ceiling, one long stream's ITL flatness and head-of-line blocking."""
     print("\n== bare-forward ceiling ==", flush=True)
     ceilings = {n: ceiling.tokens_per_s(model, n) for n in args.streams}
     for n, value in ceilings.items():
@@ -161,8 +213,11 @@ def main() -> None:
     hol = head_of_line.run(tandem, tokenizer, chat_prompts(tokenizer, 16), args.long_prompt)
     for key, value in asdict(hol).items():
         print(f"{key:<22} {value:10.1f}")
-    tandem.shutdown()
+    return ceilings, itl_ratio, hol
 
+
+def lecture_section(args, model, tokenizer, dtype):
+    """The lecture's table (naive loop against the cached one) and its ITL chart."""
     print("\n== the lecture's table ==", flush=True)
     lecture_rows, curves = lecture.run(model, tokenizer, args.lecture_lengths)
     print(f"{'new':>4} {'cache':>5} {'fed':>6} {'seconds':>8} {'ITL q1/q4 ms':>14}  same text")
@@ -179,16 +234,54 @@ def main() -> None:
     lecture.plot(
         curves,
         args.chart,
-        f"SmolLM2-135M, {loaded.dtype}: ITL by token, one stream".replace("torch.", ""),
+        f"SmolLM2-135M, {dtype}: ITL by token, one stream".replace("torch.", ""),
     )
     print(f"chart: {args.chart}")
+    return lecture_rows, curves
+
+
+def main() -> None:
+    args = parse()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    loaded = loading.load(args.model, args.dtype)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    runner = build_runner(model, args.weights, loaded.gguf)
+    if report.TANDEM in args.peers and not args.no_compile:
+        started = time.perf_counter()
+        runner.compile_decode().join()
+        print(f"compiled decode: {runner.compile_state} in {time.perf_counter() - started:.0f} s")
+    info = machine() | {"weights": runner.weights, "compile": runner.compile_state}
+    print(f"model {loaded.name}  dtype {loaded.dtype}  {info}", flush=True)
+    tandem = None
+    if report.TANDEM in args.peers:
+        config = EngineConfig(max_running=max(32, *args.streams), max_step_tokens=STEP_TOKENS)
+        tandem = TandemPeer(model, tokenizer, config, runner)
+    warm_up(args, model, tokenizer, tandem)
+
+    print("\n== peers ==", flush=True)
+    print(report.figures_table([]), flush=True)
+    rows = peer_rows(args, model, tokenizer, tandem)
+
+    ceilings, itl_ratio, hol, lecture_rows, curves = {}, None, None, [], {}
+    if tandem is not None:
+        ceilings, itl_ratio, hol = tandem_sections(args, model, tokenizer, tandem)
+        tandem.shutdown()
+
+    if set(args.peers) & set(SERVED):
+        print("\n== peers in their own processes ==", flush=True)
+        print(report.figures_table([]), flush=True)
+        rows += served_rows(args, tokenizer)
+
+    if tandem is not None:
+        lecture_rows, curves = lecture_section(args, model, tokenizer, loaded.dtype)
 
     print("\n== ratios: tandem tok/s over each peer ==")
     rates = report.ratios(rows)
     for key, value in rates.items():
         print(f"{key:<50} {value:6.2f}x")
-    stall = hol.itl_during_p99_ms / hol.itl_before_p50_ms
-    goals = report.targets(rows, ceilings, itl_ratio, hol.loaded_over_idle, stall)
+    stall = hol and hol.itl_during_p99_ms / hol.itl_before_p50_ms
+    goals = report.targets(rows, ceilings, itl_ratio, hol and hol.loaded_over_idle, stall)
     print("\n== targets ==\n" + report.targets_table(goals))
 
     info["load_average_end"] = os.getloadavg()
@@ -202,7 +295,7 @@ def main() -> None:
         "ratios": rates,
         "ceiling_tokens_per_s": ceilings,
         "itl_last_over_first_quarter": itl_ratio,
-        "head_of_line": asdict(hol),
+        "head_of_line": hol and asdict(hol),
         "lecture": [asdict(r) for r in lecture_rows],
         "lecture_curves_ms": curves,
         "targets": [asdict(t) | {"met": t.met} for t in goals],

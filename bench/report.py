@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from bench.stats import Figures
 
 TANDEM = "tandem"
+TANDEM_HTTP = "tandem-http"
+LLAMACPP_HTTP = "llama.cpp-http"
+# Each peer is compared with the Tandem that pays the same path: llama.cpp over HTTP with Tandem
+# over HTTP; everything else (vLLM's offline API too) with the engine in process.
+REFERENCE = {LLAMACPP_HTTP: TANDEM_HTTP}
 
 
 @dataclass
@@ -47,22 +52,26 @@ def figures_table(rows: list[Figures]) -> str:
 
 
 def ratios(rows: list[Figures]) -> dict[str, float]:
-    """Tandem's tokens/s over each peer's, for the same streams and arrivals."""
-    ours = {(r.streams, r.arrivals): r for r in rows if r.system == TANDEM}
+    """Tandem's tokens/s over each peer's, for the same streams and arrivals.
+
+    Keys read `ours/peer@streams/arrivals`, where `ours` is the Tandem the peer is measured
+    against (REFERENCE); `tandem/tandem-http` is what the HTTP path costs Tandem itself.
+    """
     out = {}
     for r in rows:
-        mine = ours.get((r.streams, r.arrivals))
-        if r.system != TANDEM and mine is not None:
-            out[f"{TANDEM}/{r.system}@{r.streams}/{r.arrivals}"] = (
+        reference = REFERENCE.get(r.system, TANDEM)
+        mine = find(rows, reference, r.streams, r.arrivals)
+        if r.system != reference and mine is not None:
+            out[f"{reference}/{r.system}@{r.streams}/{r.arrivals}"] = (
                 mine.tokens_per_s / r.tokens_per_s
             )
     return out
 
 
-def find(rows: list[Figures], system: str, streams: int) -> Figures | None:
-    """The burst row of `system` at `streams`, if it ran."""
+def find(rows: list[Figures], system: str, streams: int, arrivals: str = "burst") -> Figures | None:
+    """The row of `system` at `streams` with these arrivals, if it ran."""
     return next(
-        (r for r in rows if r.system == system and r.streams == streams and r.arrivals == "burst"),
+        (r for r in rows if (r.system, r.streams, r.arrivals) == (system, streams, arrivals)),
         None,
     )
 
@@ -82,6 +91,11 @@ def targets(
     def over(a: Figures | None, b: float | None) -> float | None:
         return None if a is None or not b else a.tokens_per_s / b
 
+    def http(streams: int) -> float | None:
+        llama = find(rows, LLAMACPP_HTTP, streams)
+        return over(find(rows, TANDEM_HTTP, streams), llama and llama.tokens_per_s)
+
+    http_top = max((r.streams for r in rows if r.system == LLAMACPP_HTTP), default=top)
     return [
         Target(f"tandem/hf_static @{top}", over(ours, static and static.tokens_per_s), 1.5, True),
         Target(f"tandem/generate_batch @{top}", over(ours, cb and cb.tokens_per_s), 6.0, True),
@@ -90,6 +104,8 @@ def targets(
         Target("ITL last/first quarter (1 stream)", itl_ratio, 1.1, False),
         Target("TTFT under load / idle", ttft_ratio, 1.5, False),
         Target("ITL p99 during long prefill / p50 before", prefill_stall, 2.0, False),
+        Target(f"{TANDEM_HTTP}/{LLAMACPP_HTTP} @1", http(1), 0.5, True),
+        Target(f"{TANDEM_HTTP}/{LLAMACPP_HTTP} @{http_top}", http(http_top), 2.0, True),
     ]
 
 

@@ -16,10 +16,20 @@ import numpy as np
 
 @dataclass
 class Trace:
-    """One request: arrival time and the time each generated token became available."""
+    """One request: arrival time and the time each generated token became available.
+
+    An HTTP peer stamps chunks, not tokens, and takes the token count from the server's usage
+    (`tokens`); in-process peers stamp every token and leave it None.
+    """
 
     arrival: float
     stamps: list[float] = field(default_factory=list)
+    tokens: int | None = None
+
+    @property
+    def generated(self) -> int:
+        """Tokens generated: the server's count where there is one, else one per stamp."""
+        return len(self.stamps) if self.tokens is None else self.tokens
 
     @property
     def ttft(self) -> float:
@@ -41,6 +51,7 @@ class PeerRun:
     started: float
     ended: float
     texts: list[str] = field(default_factory=list)
+    chunks: int | None = None  # stream chunks received, HTTP peers only
 
 
 @dataclass
@@ -84,7 +95,7 @@ def ms(value: float | None) -> float | None:
 
 def summarise(system: str, arrivals: str, new_tokens: int, run: PeerRun) -> Figures:
     """Aggregate tokens/s over the wall time from first arrival to last token."""
-    generated = sum(len(t.stamps) for t in run.traces)
+    generated = sum(t.generated for t in run.traces)
     seconds = run.ended - run.started
     ttfts = [t.ttft for t in run.traces if t.stamps]
     gaps = [g for t in run.traces for g in t.gaps]

@@ -33,6 +33,11 @@ PROMPTS = [
 ]
 
 
+def chat_messages(n: int) -> list[list[dict[str, str]]]:
+    """The first n prompts (cycling) as OpenAI chat messages, for the HTTP peers."""
+    return [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(n)]
+
+
 def chat_texts(tokenizer: PreTrainedTokenizerBase, n: int) -> list[str]:
     """The first n prompts (cycling) rendered through the chat template, as text."""
     return [tokenizer.decode(ids) for ids in chat_prompts(tokenizer, n)]

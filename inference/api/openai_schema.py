@@ -68,6 +68,7 @@ class SamplingFields(BaseModel):
     # Extensions beyond OpenAI's schema, as vLLM and TGI accept them.
     top_k: int | None = Field(None, ge=0)
     repetition_penalty: float | None = Field(None, gt=0)
+    ignore_eos: bool = Field(False, description="generate max_tokens even past EOS (benchmarks)")
 
     @model_validator(mode="after")
     def check_stop(self) -> SamplingFields:
@@ -99,6 +100,7 @@ class SamplingFields(BaseModel):
             repetition_penalty=self.repetition_penalty or 1.0,
             seed=seed,
             stop=tuple(self.stop_list),
+            ignore_eos=self.ignore_eos,
         )
 
 

@@ -53,6 +53,15 @@ def test_chat_stream_with_usage_chunk(client):
     assert all(c.usage is None for c in chunks[:-1])
 
 
+def test_ignore_eos_generates_max_tokens_past_the_answer(client):
+    asked = dict(model="m", messages=QUESTION, temperature=0, max_tokens=24)
+    short = client.chat.completions.create(**asked)
+    assert short.choices[0].finish_reason == "stop" and short.usage.completion_tokens < 24
+    full = client.chat.completions.create(**asked, extra_body={"ignore_eos": True})
+    assert full.choices[0].finish_reason == "length"
+    assert full.usage.completion_tokens == 24
+
+
 def test_stream_ends_with_done(engine_server):
     status, _, text = post_json(
         f"{engine_server.url}/v1/chat/completions",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.report import Target
-from bench.stats import PeerRun, Trace, percentile, quarter_ratio, summarise
+from bench.report import Target, ratios, targets
+from bench.stats import Figures, PeerRun, Trace, percentile, quarter_ratio, summarise
 from bench.workload import poisson
 
 
@@ -46,3 +46,33 @@ def test_targets_compare_in_the_right_direction() -> None:
     assert Target("ratio", 1.05, 1.1, higher_is_better=False).met is True
     assert Target("ratio", 1.3, 1.1, higher_is_better=False).met is False
     assert Target("missing", None, 1.0, higher_is_better=True).met is None
+
+
+def test_server_token_counts_override_stamps() -> None:
+    traces = [Trace(0.0, [0.5, 1.0], tokens=8), Trace(0.0, tokens=8)]  # chunks, and none at all
+    figures = summarise("x", "burst", 8, PeerRun(traces, tokens_fed=48, started=0.0, ended=2.0))
+    assert figures.tokens_per_s == 8.0
+    assert figures.fed_per_token == 3.0
+    assert figures.itl_p50_ms == pytest.approx(500.0)
+
+
+def row(system: str, streams: int, tokens_per_s: float) -> Figures:
+    return Figures(system, streams, "burst", 32, 1.0, tokens_per_s, None, None, None, None, 2.0)
+
+
+def test_each_peer_is_compared_with_the_tandem_on_its_path() -> None:
+    rows = [row("tandem", 1, 10), row("vllm-cpu", 1, 20), row("tandem-http", 1, 8)]
+    rows += [
+        row("llama.cpp-http", 1, 16),
+        row("llama.cpp-http", 32, 100),
+        row("tandem-http", 32, 250),
+    ]
+    assert ratios(rows) == {
+        "tandem/vllm-cpu@1/burst": 0.5,
+        "tandem/tandem-http@1/burst": 1.25,
+        "tandem-http/llama.cpp-http@1/burst": 0.5,
+        "tandem-http/llama.cpp-http@32/burst": 2.5,
+    }
+    bars = {t.name: t for t in targets(rows, {}, None, None)}
+    assert bars["tandem-http/llama.cpp-http @1"].met is True
+    assert bars["tandem-http/llama.cpp-http @32"].value == 2.5
