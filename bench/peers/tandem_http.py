@@ -81,8 +81,9 @@ class TandemServer:
         try:
             # Ready once the engine serves and its compiled step (if any) is built.
             self.process.wait_ready(
-                lambda body: body["model"]["state"] == "ready"
-                and body["model"].get("compile") != "warming",
+                lambda body: (
+                    body["model"]["state"] == "ready" and body["model"].get("compile") != "warming"
+                ),
                 timeout=1200,
             )
         except BaseException:
