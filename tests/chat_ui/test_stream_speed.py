@@ -18,7 +18,13 @@ from tests.chat_ui.conftest import db_part, make_user, open_chat
 from tests.conftest import Daphne, start_daphne
 from tests.support.processes import wait_until
 
-pytestmark = [pytest.mark.browser, pytest.mark.model, pytest.mark.django_db(transaction=True)]
+# Building the compiled step is part of the first test's setup: a minute or two of CPU.
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.model,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(900),
+]
 
 RESULT = Path(__file__).resolve().parents[2] / "var" / "bench" / "browser-stream.json"
 
