@@ -8,7 +8,7 @@ export DEBUG ?= 1
 export PATH := $(BIN):$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test chaos setup venv redis migrate lint lock model bench clean-venv
+.PHONY: run test chaos soak setup venv redis migrate lint lock model bench clean-venv
 
 run: setup model
 	@$(BIN)/python manage.py create_dev_login
@@ -61,6 +61,13 @@ model: venv
 bench: venv
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python -m bench.engine $(BENCH_ARGS)
+
+# Mixed load on a stack of its own for MINUTES (not in CI); resources sampled every 10 s, bars
+# checked, var/soak/<timestamp>.json and .png written (docs/reliability.md).
+MINUTES ?= 30
+soak: setup
+	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
+	nice -n 5 $(BIN)/python -m bench.soak --minutes $(MINUTES)
 
 lint: venv
 	$(BIN)/ruff check .
