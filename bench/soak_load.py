@@ -1,11 +1,12 @@
 """The soak's load: chat users and an API client, each on its own thread, over real HTTP.
 
 A chat user sends turns (half with an image), reads each reply's event stream as the page's
-SSE fallback does, sometimes drops the stream mid-reply and resumes it with Last-Event-ID,
-sometimes presses Stop, and retries images that ended failed or cancelled. The text a reader
-put together from the deltas is kept per text part, so the soak can compare it with the text
-saved in the database once everything has ended. The API client alternates OpenAI chat
-completions and TGI's `/generate_stream`. Every HTTP status is counted in one `Tally`.
+SSE fallback does (`tests.support.reply_reader`), sometimes drops the stream mid-reply and
+resumes it with Last-Event-ID, sometimes presses Stop, and retries images that ended failed
+or cancelled. The text a reader put together from the deltas is kept per text part, so the
+soak can compare it with the text saved in the database once everything has ended. The API
+client alternates OpenAI chat completions and TGI's `/generate_stream`. Every HTTP status is
+counted in one `Tally`.
 """
 
 from __future__ import annotations
@@ -13,16 +14,15 @@ from __future__ import annotations
 import http.client
 import json
 import random
-import socket
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from bench.stream_server import Viewer
+from tests.support.reply_reader import StreamedText, StreamRefused, open_stream, read_stream
 
 TOPICS = ["the sea", "a lighthouse", "bread", "winter", "a city at night", "trains", "bees"]
-FINAL_STATES = {"succeeded", "failed", "cancelled", "interrupted"}
 READ_TIMEOUT = 180.0  # a reply queued behind others on a busy machine can wait this long
 
 
@@ -54,19 +54,6 @@ class Tally:
             return sum(n for key, n in self.statuses.items() if key.rsplit(" ", 1)[1] >= "500")
 
 
-@dataclass
-class StreamedText:
-    """What one reader saw of a text part: the text put together from deltas, and its seq."""
-
-    part_id: int
-    text: str = ""
-    seq: int = 0
-    gaps: int = 0
-    final_state: str | None = None
-    resumes: int = 0
-    other_states: dict[int, str] = field(default_factory=dict)  # the message's other parts
-
-
 def request(
     port: int, method: str, path: str, body: dict | None = None, headers: dict | None = None
 ) -> tuple[int, dict, bytes]:
@@ -80,20 +67,6 @@ def request(
         return response.status, dict(response.getheaders()), response.read()
     finally:
         conn.close()
-
-
-def sse_events(stream):
-    """Events of a text/event-stream read from a file-like socket stream."""
-    kind, data = None, None
-    while line := stream.readline():
-        line = line.rstrip(b"\r\n")
-        if line.startswith(b"event:"):
-            kind = line[6:].strip().decode()
-        elif line.startswith(b"data:"):
-            data = json.loads(line[5:])
-        elif not line and data is not None:
-            yield kind, data
-            kind, data = None, None
 
 
 class ChatUser(threading.Thread):
@@ -168,71 +141,25 @@ class ChatUser(threading.Thread):
             self.tally.event(f"images {state}, retried")
             self.post("image retry", f"/parts/{part_id}/retry")
 
-    def open_stream(self, message_id: int, last_event_id: int | None):
-        """GET the message's event stream over HTTP/1.0 (no chunking): the body is the stream."""
-        sock = socket.create_connection(("127.0.0.1", self.port), timeout=READ_TIMEOUT)
-        resume = "" if last_event_id is None else f"Last-Event-ID: {last_event_id}\r\n"
-        sock.sendall(
-            f"GET /m/{message_id}/events HTTP/1.0\r\nHost: 127.0.0.1\r\n"
-            f"Cookie: {self.viewer.cookie}\r\nAccept: text/event-stream\r\n{resume}\r\n".encode()
-        )
-        stream = sock.makefile("rb")
-        sock.close()  # the file keeps the socket open until it is closed itself
-        status = int(stream.readline().split()[1])
-        self.tally.status("event stream", status)
-        while stream.readline() not in (b"\r\n", b"\n", b""):
-            pass
-        if status != 200:
-            stream.close()
-            raise ConnectionError(f"event stream answered {status}")
-        return stream
-
     def read(self, message_id: int, part_id: int, drop_after: int | None) -> StreamedText:
         """Read the reply to its end, dropping once after `drop_after` deltas and resuming."""
         seen = StreamedText(part_id)
         last_event_id = None
         while True:
-            with self.open_stream(message_id, last_event_id) as stream:
-                if self.read_stream(stream, seen, drop_after):
+            try:
+                stream = open_stream(self.port, self.viewer.cookie, message_id, last_event_id)
+            except StreamRefused as refused:
+                self.tally.status("event stream", refused.status)
+                raise
+            self.tally.status("event stream", 200)
+            with stream:
+                if read_stream(stream, seen, drop_after):
                     return seen
             self.tally.event("readers dropped and resumed")
             seen.resumes += 1
             drop_after = None
             last_event_id = seen.seq
             time.sleep(self.rng.uniform(0.2, 1.5))
-
-    def read_stream(self, stream, seen: StreamedText, drop_after: int | None) -> bool:
-        """True when the reply ended; False when this reader dropped the stream on purpose.
-
-        Until the stream's opening message.state, a part state with text is the snapshot (or
-        the catch-up) and replaces what the reader had; after it, text comes only from deltas,
-        and the final part state's seq tells whether any delta was missed.
-        """
-        opening, deltas = True, 0
-        for kind, data in sse_events(stream):
-            if kind == "part.delta" and data["part_id"] == seen.part_id:
-                deltas += 1
-                if data["seq"] == seen.seq + 1:
-                    seen.text += data["text"]
-                    seen.seq = data["seq"]
-                elif data["seq"] > seen.seq + 1:
-                    seen.gaps += 1
-                if drop_after is not None and deltas >= drop_after:
-                    return False
-            elif kind == "part.state" and data["id"] == seen.part_id:
-                if opening and data["text"] is not None and data["seq"] >= seen.seq:
-                    seen.text, seen.seq = data["text"], data["seq"]
-                if data["state"] in FINAL_STATES:
-                    seen.final_state = data["state"]
-                    if data["seq"] != seen.seq:
-                        seen.gaps += 1
-            elif kind == "part.state":
-                seen.other_states[data["id"]] = data["state"]
-            elif kind == "message.state":
-                opening = False
-                if data["status"] != "in_progress":
-                    return True
-        raise ConnectionError("the event stream ended before the reply did")
 
 
 class ApiClient(threading.Thread):
