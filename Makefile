@@ -25,8 +25,9 @@ test: setup
 	$(BIN)/pytest -m "not chaos"
 	$(CHAOS)
 
-# Fault scenarios with figures: worker kills, Redis outage, web restart, overload. Each writes
-# var/reliability/<scenario>.json; docs/reliability.md explains them and quotes the last run.
+# Fault scenarios with figures: worker kills, Redis outage, web restart, overload, PostgreSQL
+# outage. Each writes var/reliability/<scenario>.json; docs/reliability.md explains them and
+# quotes the last run.
 CHAOS = $(BIN)/pytest -m chaos
 chaos: setup
 	$(CHAOS)

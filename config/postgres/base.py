@@ -9,9 +9,11 @@ probes with a direct connection, and when one connects a new pool replaces the o
 
 settings.py names this package as the ENGINE whenever DATABASE_URL is a PostgreSQL URL.
 Pooled connections are asked for in two steps: a short wait, which is all a healthy pool
-needs unless it is busy; when that runs out, one direct connection (outside the pool) tells
-a busy server, where the caller goes on waiting the pool's timeout, from a down one, which
-closes the gate. While the gate is closed, connecting raises OperationalError at once.
+needs unless it is busy; when that runs out, a direct connection (outside the pool) tells a
+busy server, where the caller goes on waiting the pool's timeout, from a down one, which
+closes the gate. In a burst (200 turns on a pool of 10) most callers wait past the first step:
+they take their turn at one probe at a time, and an answer holds for a second, so a burst adds
+one connection a second, not one per caller.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from config.probe_gate import ProbeGate
 
 STARVED = 1.0  # seconds a pooled connection is waited for before the server is probed
 CONNECT_TIMEOUT = 2  # seconds, for the probe's own connection (libpq's minimum is 2)
+ANSWER_HOLDS = 1.0  # seconds a probe's "the server answers" stands for the other callers
+TOO_MANY_CONNECTIONS = "53300"  # the server answered, it is only full
 GATES: dict[str, ProbeGate] = {}
 GATES_LOCK = threading.Lock()
 
@@ -38,6 +42,9 @@ def unavailable() -> PoolTimeout:
 class GatedPool:
     """The pool as Django sees it: getconn goes through the gate, the rest to the pool of the
     moment (a new one after an outage, see `DatabaseWrapper.refresh_pool`)."""
+
+    starved_probe = threading.Lock()  # one starved caller probes at a time
+    answered_at = float("-inf")  # when a starved caller's probe last found the server up
 
     def __init__(self, wrapper: DatabaseWrapper) -> None:
         self._wrapper = wrapper
@@ -60,10 +67,20 @@ class GatedPool:
         try:
             return pool.getconn(min(STARVED, budget))
         except PoolTimeout:
-            if not gate.probe():
+            if not self.server_answers():
                 gate.failed()
                 raise
         return pool.getconn(max(0.1, budget - (time.monotonic() - started)))
+
+    def server_answers(self) -> bool:
+        """One starved caller at a time probes; an answer stands for ANSWER_HOLDS seconds."""
+        with GatedPool.starved_probe:
+            if time.monotonic() - GatedPool.answered_at < ANSWER_HOLDS:
+                return True
+            if not self._wrapper.server_answers():
+                return False
+            GatedPool.answered_at = time.monotonic()
+            return True
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -85,8 +102,8 @@ class DatabaseWrapper(base.DatabaseWrapper):
         params = {**self.get_connection_params(), "connect_timeout": CONNECT_TIMEOUT}
         try:
             self.Database.connect(**params).close()
-        except self.Database.Error:
-            return False
+        except self.Database.Error as exc:
+            return exc.sqlstate == TOO_MANY_CONNECTIONS
         return True
 
     def refresh_pool(self) -> None:

@@ -26,6 +26,7 @@ class StreamedText:
     gaps: int = 0
     final_state: str | None = None
     resumes: int = 0
+    resyncs: int = 0  # streams reopened after a missed delta (as the page does)
     arrivals: list[float] = field(default_factory=list)  # time.monotonic() of each delta
     other_states: dict[int, str] = field(default_factory=dict)  # the message's other parts
 
@@ -88,8 +89,12 @@ def open_stream(
     return stream
 
 
-def read_stream(stream, seen: StreamedText, drop_after: int | None = None) -> bool:
-    """Read into `seen` until the reply ends (True) or `drop_after` deltas came (False).
+def read_stream(
+    stream, seen: StreamedText, drop_after: int | None = None, resync: bool = False
+) -> bool:
+    """Read into `seen` until the reply ends (True) or `drop_after` deltas came (False); with
+    `resync`, a missed delta also returns False, so that the caller resumes from `seen.seq`
+    with Last-Event-ID, as the page starts over from a snapshot when it misses a piece.
 
     Until the stream's opening message.state, a part state with text is the snapshot (or the
     catch-up) and replaces what the reader had; after it, text comes only from deltas, and the
@@ -103,6 +108,9 @@ def read_stream(stream, seen: StreamedText, drop_after: int | None = None) -> bo
             if data["seq"] == seen.seq + 1:
                 seen.text += data["text"]
                 seen.seq = data["seq"]
+            elif data["seq"] > seen.seq + 1 and resync:
+                seen.resyncs += 1
+                return False
             elif data["seq"] > seen.seq + 1:
                 seen.gaps += 1
             if drop_after is not None and deltas >= drop_after:
