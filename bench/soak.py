@@ -218,7 +218,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"soak: load for {args.minutes:g} min, warm-up {warmup / 60:g} min")
                 tally, users = run_load(port, viewers, args, sampler)
                 sampler.join(30)
-                grown = growth(sampler.samples, warmup, max(60.0, 3 * args.interval))
+                window = max(60.0, 3 * args.interval)
+                if args.minutes * 60 < warmup + 2 * window:  # the two windows would overlap
+                    print("soak: too short to measure growth after warm-up; not checked")
+                    grown = {}
+                else:
+                    grown = growth(sampler.samples, warmup, window)
                 result = verdict(tally, users, grown, logs)
             finally:
                 for service in services.values():
