@@ -8,7 +8,7 @@ export DEBUG ?= 1
 export PATH := $(BIN):$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test chaos setup venv redis migrate lint lock model bench clean-venv
+.PHONY: run test chaos soak setup venv redis migrate lint lock model bench clean-venv
 
 run: setup model
 	@$(BIN)/python manage.py create_dev_login
@@ -25,8 +25,9 @@ test: setup
 	$(BIN)/pytest -m "not chaos"
 	$(CHAOS)
 
-# Fault scenarios with figures: worker kills, Redis outage, web restart, overload. Each writes
-# var/reliability/<scenario>.json; docs/reliability.md explains them and quotes the last run.
+# Fault scenarios with figures: worker kills, Redis outage, web restart, overload, PostgreSQL
+# outage. Each writes var/reliability/<scenario>.json; docs/reliability.md explains them and
+# quotes the last run.
 CHAOS = $(BIN)/pytest -m chaos
 chaos: setup
 	$(CHAOS)
@@ -61,6 +62,13 @@ model: venv
 bench: venv
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python -m bench.engine $(BENCH_ARGS)
+
+# Mixed load on a stack of its own for MINUTES (not in CI); resources sampled every 10 s, bars
+# checked, var/soak/<timestamp>.json and .png written (docs/reliability.md).
+MINUTES ?= 30
+soak: setup
+	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
+	nice -n 5 $(BIN)/python -m bench.soak --minutes $(MINUTES)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import websockets
 
+from tests.support.reply_reader import SseParser
+
 CONNECT_TIMEOUT = 60.0
 
 
@@ -108,16 +110,11 @@ async def listen_ws(client: Client, ws: websockets.ClientConnection) -> None:
 
 async def read_sse(reader: asyncio.StreamReader) -> AsyncIterator[dict]:
     """Events of a text/event-stream body, turned into the WebSocket's shapes."""
-    kind, data = None, None
+    parser = SseParser()
     while line := await reader.readline():
-        line = line.rstrip(b"\r\n")
-        if line.startswith(b"event:"):
-            kind = line[6:].strip().decode()
-        elif line.startswith(b"data:"):
-            data = json.loads(line[5:])
-        elif not line and data is not None:
+        if (event := parser.feed(line)) is not None:
+            kind, data = event
             yield {"type": kind, "part": data} if kind == "part.state" else {"type": kind, **data}
-            kind, data = None, None
 
 
 async def connect_sse(

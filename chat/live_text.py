@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 KEY = "tandem:part-deltas:{}"
-TTL_AFTER_FINISH = 3600
+# After the end the whole text is saved with its seq, so the tail only serves a page that
+# reconnects within moments (one that comes later gets the saved text: `chat.resume`). An
+# hour kept every finished reply's tail in Redis: the soak saw the keys grow all run long.
+TTL_AFTER_FINISH = 120
 
 
 def _quietly(action: str, part_id: int, call) -> object:

@@ -164,7 +164,7 @@ def text_start(engine: Engine, part: Part) -> None:
         engine.submit(
             prompt.token_ids,
             params,
-            on_event=text_stream.writer.callback(part.pk),
+            on_event=text_stream.writer.callback(started, message.conversation_id),
             request_id=request_id,
         )
     except EngineError as exc:

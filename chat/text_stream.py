@@ -9,6 +9,13 @@ While Redis is down the writer skips the tail and the deltas without calling Red
 `RedisGate` probes it at most every second), so it keeps pace with the engine and the text
 still reaches the database; when Redis answers, a part whose appends were skipped gets its
 whole tail written again before the next piece.
+
+While the database is down the writer goes on numbering, tailing and broadcasting: browsers
+keep receiving the text. A save that fails is tried again at the next interval, and a part
+that ends during the outage keeps its final save (text, seq, state, usage) until it goes
+through: the writer retries it every RETRY_INTERVAL while it waits for events, so the saved
+text equals the streamed text once the database is back. The writer needs the database for
+nothing else: each part's conversation is known when its callback is made.
 """
 
 from __future__ import annotations
@@ -20,18 +27,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from chat import events, live_text
 from chat.models import Part
 from chat.parts import part_transition, part_update
 from config.logging import bind as bind_log_ids
+from config.logging import bound as bound_log_ids
 from config.redis_client import RedisGate
 from inference.engine import EngineEvent, FinishReason
 
 log = logging.getLogger(__name__)
 SAVE_INTERVAL = 0.5
+RETRY_INTERVAL = 0.5  # seconds between tries of the final saves that failed
 
 FINAL_STATE = {
     FinishReason.LENGTH: Part.State.SUCCEEDED,
@@ -54,32 +63,38 @@ class LivePart:
     saved_at: float = field(default_factory=time.monotonic)
     pieces: list[str] = field(default_factory=list)  # this run's deltas, to rebuild the tail
     tail_behind: bool = False  # an append was skipped: the tail must be rebuilt first
+    unsaved: dict = field(default_factory=dict)  # fields a failed save still owes the row
+    deferred: bool = False  # a save failed and none has succeeded since (logged once)
+    final: tuple[str, dict, float] | None = None  # (state, fields, emitted) not saved yet
 
 
 class TextStreamWriter:
     """Drains engine events for every streaming text part of this process."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[int, EngineEvent, float, contextvars.Context]] = (
+        self._queue: queue.SimpleQueue[tuple[LivePart, EngineEvent, float, contextvars.Context]] = (
             queue.SimpleQueue()
         )
-        self._live: dict[int, LivePart] = {}
+        self._unsaved_ends: dict[int, LivePart] = {}  # parts that ended, final save pending
+        self._retried_at = 0.0
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._redis = RedisGate()
 
-    def callback(self, part_id: int):
-        """The engine's on_event for one part: enqueue with the emission time, return at once.
+    def callback(self, part: Part, conversation_id: int):
+        """The engine's on_event for one streaming part: enqueue with the emission time,
+        return at once.
 
         The caller's logging ids (its request and message) are copied, with the part's id
         added, and the writer handles each of the part's events inside that copy: a thread
         does not inherit context variables by itself.
         """
+        live = LivePart(part, conversation_id, part.text, part.seq, part.seq)
         context = contextvars.copy_context()
-        context.run(bind_log_ids, part_id=part_id)
+        context.run(bind_log_ids, part_id=part.pk)
 
         def on_event(event: EngineEvent) -> None:
-            self._queue.put((part_id, event, time.time(), context))
+            self._queue.put((live, event, time.time(), context))
 
         return on_event
 
@@ -91,30 +106,25 @@ class TextStreamWriter:
 
     def _run(self) -> None:
         while True:
-            part_id, event, emitted, context = self._queue.get()
             try:
-                context.run(self._handle, part_id, event, emitted)
+                timeout = RETRY_INTERVAL if self._unsaved_ends else None
+                live, event, emitted, context = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                self._retry_ends()
+                continue
+            try:
+                context.run(self._handle, live, event, emitted)
             except Exception:  # one bad part must not stop everyone else's text
-                log.exception("text writer failed on part %s", part_id, extra={"part_id": part_id})
+                log.exception("text writer failed on part %s", live.part.pk)
             finally:
                 close_old_connections()
+            if self._unsaved_ends and time.monotonic() - self._retried_at >= RETRY_INTERVAL:
+                self._retry_ends()
 
-    def _live_part(self, part_id: int) -> LivePart | None:
-        live = self._live.get(part_id)
-        if live is None:
-            part = Part.objects.select_related("message").filter(pk=part_id).first()
-            if part is None:
-                return None
-            live = LivePart(part, part.message.conversation_id, part.text, part.seq, part.seq)
-            self._live[part_id] = live
-        return live
-
-    def _handle(self, part_id: int, event: EngineEvent, emitted: float) -> None:
-        live = self._live_part(part_id)
-        if live is None:
-            return
+    def _handle(self, live: LivePart, event: EngineEvent, emitted: float) -> None:
         if event.token_id is not None and event.index == 0:
-            part_update(live.part, first_token_at=timezone.now())
+            live.unsaved["first_token_at"] = timezone.now()
+            self._save(live)
         if event.text:
             live.seq += 1
             live.text += event.text
@@ -144,13 +154,26 @@ class TextStreamWriter:
             self._redis.failed()
 
     def _save(self, live: LivePart) -> None:
-        part_update(live.part, text=live.text, seq=live.seq)
-        live.saved_seq, live.saved_at = live.seq, time.monotonic()
+        """Save the text so far (and what earlier failed saves owed); a failure waits for the
+        next interval, the text is kept here."""
+        live.saved_at = time.monotonic()
+        try:
+            part_update(live.part, text=live.text, seq=live.seq, **live.unsaved)
+        except DatabaseError as exc:
+            if not live.deferred:
+                log.warning("text part %s: saves deferred: %s", live.part.pk, exc)
+            live.deferred = True
+            return
+        if live.deferred:
+            log.info("text part %s: saved again, up to seq %s", live.part.pk, live.seq)
+        live.saved_seq, live.deferred = live.seq, False
+        live.unsaved.clear()
 
     def _finish(self, live: LivePart, event: EngineEvent, emitted: float) -> None:
-        """Save the whole text with the final state; log how far behind the engine it came."""
-        del self._live[live.part.pk]
+        """Save the whole text with the final state, or keep it to retry while the database
+        is down."""
         fields: dict = {
+            **live.unsaved,
             "text": live.text,
             "seq": live.seq,
             "finished_at": timezone.now(),
@@ -161,7 +184,19 @@ class TextStreamWriter:
             fields["completion_tokens"] = event.usage.completion_tokens
         if event.error:
             fields["error"] = f"The engine failed while writing this reply: {event.error}"
-        part_transition(live.part.pk, FINAL_STATE[event.finish_reason], **fields)
+        live.final = (FINAL_STATE[event.finish_reason], fields, emitted)
+        if not self._save_end(live):
+            log.warning("text part %s: final save deferred (database unavailable)", live.part.pk)
+            self._unsaved_ends[live.part.pk] = live
+
+    def _save_end(self, live: LivePart) -> bool:
+        """The part's final transition; False when the database refused it (kept for later).
+        Logs how far behind the engine's last event the part became final."""
+        state, fields, emitted = live.final
+        try:
+            part_transition(live.part.pk, state, **fields)
+        except DatabaseError:
+            return False
         live_text.expire(live.part.pk)
         behind = time.time() - emitted
         log.info(
@@ -170,6 +205,19 @@ class TextStreamWriter:
             behind,
             extra={"part_id": live.part.pk},
         )
+        return True
+
+    def _retry_ends(self) -> None:
+        """Try the pending final saves, oldest first; stop at the first refusal."""
+        self._retried_at = time.monotonic()
+        try:
+            for part_id, live in list(self._unsaved_ends.items()):
+                with bound_log_ids(part_id=part_id):
+                    if not self._save_end(live):
+                        return
+                del self._unsaved_ends[part_id]
+        finally:
+            close_old_connections()
 
 
 writer = TextStreamWriter()

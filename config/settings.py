@@ -64,6 +64,8 @@ MIDDLEWARE = [
     "config.request_id.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Before sessions and auth: their reads fail in the view when the database is down.
+    "config.database_unavailable.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -94,7 +96,15 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'tandem.sqlite3'}")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+# Health checks: a pooled connection is tested before it is handed out, so the connections
+# left dead by a database restart are replaced, not given to requests.
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0, conn_health_checks=True)
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's backend behind a gate: while the server is down, connecting fails at once
+    # (a 503 from config.database_unavailable) instead of waiting the pool's 30 s.
+    DATABASES["default"]["ENGINE"] = "config.postgres"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so that the Daphne and Celery processes a test starts share it
     # (they are handed its path); one per test run, so concurrent runs never collide.
@@ -111,7 +121,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # PostgreSQL's max_connections (100) and got 500s. A pool per process makes a request wait up
 # to `timeout` seconds for a free connection instead. 0 turns pooling off.
 DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 10)
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL_SIZE:
+if DATABASES["default"]["ENGINE"] == "config.postgres" and DATABASE_POOL_SIZE:
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
         "max_size": DATABASE_POOL_SIZE,

@@ -1,9 +1,14 @@
 """Celery tasks of the media queue; each is a thin shell around a service."""
 
+import logging
+
 from celery import shared_task
+from django.db import InterfaceError, OperationalError
 
 from media import rendering, sweeper
 from media.services import RENDER_TASK
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name="media.echo", ignore_result=False)
@@ -28,5 +33,12 @@ def render_image(self, part_id: int) -> None:
 
 @shared_task(name="media.sweep")
 def sweep() -> None:
-    """Repair parts whose worker or web process went away (run by celery beat)."""
-    sweeper.sweep()
+    """Repair parts whose worker or web process went away (run by celery beat).
+
+    While the database is unavailable there is nothing to repair with: one line, no traceback
+    every interval, and the next sweep after it returns does the work.
+    """
+    try:
+        sweeper.sweep()
+    except (OperationalError, InterfaceError) as exc:
+        log.warning("sweep skipped: the database is unavailable (%s)", exc)

@@ -61,7 +61,7 @@ def test_environment_overrides():
         TANDEM_DTYPE="bfloat16",
         TANDEM_WEIGHTS="Q4",
     )
-    assert seen["db"] == "django.db.backends.postgresql"
+    assert seen["db"] == "config.postgres"  # Django's backend behind config.probe_gate
     assert seen["name"] == "tandem"
     assert seen["broker"] == "redis://cache.internal:6380/2"
     assert seen["layer"] == "redis://cache.internal:6380/2"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,13 +20,16 @@ from datetime import UTC, datetime
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import connections
+from django.db.utils import load_backend
 from django.test import Client
 
 from chat.models import Conversation, Part
 from chat.states import TERMINAL
 from tests.support.http import post_json
 from tests.support.media import RedisServer, new_redis_server
-from tests.support.processes import wait_until
+from tests.support.postgres import PostgresCluster
+from tests.support.processes import ROOT, child_env, wait_until
 
 SUMMARIES: list[str] = []
 # The chaos web servers run the model on one thread. On a machine shared with other work, a
@@ -32,6 +37,13 @@ SUMMARIES: list[str] = []
 # seen on a busy 2-core machine); these scenarios measure fault handling, not speed.
 SERVER_ENV = {"OMP_NUM_THREADS": "1"}
 UNFINISHED = [Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING]
+# The marks of a scenario that runs the model and watches a page in Chromium.
+BROWSER_SCENARIO = [
+    pytest.mark.chaos,
+    pytest.mark.model,
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def record_figures(scenario: str, summary: str, **figures) -> dict:
@@ -66,10 +78,13 @@ class Visitor:
     def conversation(self) -> Conversation:
         return Conversation.objects.create(owner=self.user)
 
+    @property
+    def cookie_header(self) -> str:
+        return "; ".join(f"{name}={value}" for name, value in self.cookies.items())
+
     def post_turn(self, server, conversation: Conversation, text: str, image: bool = False):
         """POST a turn as the composer does; returns (status, headers, body)."""
-        cookie = "; ".join(f"{name}={value}" for name, value in self.cookies.items())
-        headers = {"Cookie": cookie, "X-CSRFToken": self.csrf}
+        headers = {"Cookie": self.cookie_header, "X-CSRFToken": self.csrf}
         body = {"text": text, "image": image}
         return post_json(f"{server.url}/c/{conversation.pk}/turns", body, headers, timeout=60)
 
@@ -94,6 +109,29 @@ def private_redis(service_logs) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster of this scenario's own, migrated, free to be stopped; this process's
+    ORM is pointed at it for the test (the servers are given its URL as DATABASE_URL)."""
+    import dj_database_url
+
+    cluster = PostgresCluster().init().start()
+    original = connections["default"]
+    try:
+        cluster.create_database("tandem")
+        url = cluster.url("tandem")
+        migrate = [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"]
+        subprocess.run(migrate, cwd=ROOT, env=child_env(DATABASE_URL=url), check=True, timeout=300)
+        config = connections.configure_settings({"default": dj_database_url.parse(url)})
+        backend = load_backend(config["default"]["ENGINE"])
+        connections["default"] = backend.DatabaseWrapper(config["default"], "default")
+        yield cluster
+    finally:
+        connections["default"].close()
+        connections["default"] = original
+        cluster.remove()
 
 
 def unfinished(part_ids: list[int]) -> list[int]:

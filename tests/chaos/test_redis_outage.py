@@ -22,13 +22,13 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from chat.models import Message, Part
 from media.models import SweeperAction
 from tests.chaos.conftest import (
+    BROWSER_SCENARIO,
     FINAL,
     SERVER_ENV,
     make_visitor,
@@ -41,12 +41,7 @@ from tests.conftest import start_daphne, wait_for_model
 from tests.support.media import start_worker
 from tests.support.processes import wait_until
 
-pytestmark = [
-    pytest.mark.chaos,
-    pytest.mark.model,
-    pytest.mark.browser,
-    pytest.mark.django_db(transaction=True),
-]
+pytestmark = BROWSER_SCENARIO
 
 OUTAGE = 30.0  # seconds without Redis
 TURNS, BEFORE = 20, 10  # turns in all, and how many are sent before Redis stops

@@ -11,13 +11,13 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from chat.models import Part
 from media.sweeper import TEXT_ORPHANED
 from tests.chaos.conftest import (
+    BROWSER_SCENARIO,
     SERVER_ENV,
     make_visitor,
     record_figures,
@@ -29,12 +29,7 @@ from tests.conftest import start_daphne, wait_for_model
 from tests.support.media import start_worker
 from tests.support.processes import wait_until
 
-pytestmark = [
-    pytest.mark.chaos,
-    pytest.mark.model,
-    pytest.mark.browser,
-    pytest.mark.django_db(transaction=True),
-]
+pytestmark = BROWSER_SCENARIO
 
 STREAMS = 3
 INTERRUPT_BOUND = 30.0  # seconds from the kill until every streaming part is interrupted

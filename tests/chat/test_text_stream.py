@@ -39,7 +39,7 @@ def test_pieces_are_numbered_tailed_broadcast_saved_and_finished(conversation, m
     monkeypatch.setattr(text_stream, "SAVE_INTERVAL", 0.0)  # save after every piece
     part = streaming_part(conversation)
     text_stream.writer.ensure_running()
-    feed = text_stream.writer.callback(part.pk)
+    feed = text_stream.writer.callback(part, conversation.pk)
     with EventTap(conversation.pk) as tap:
         feed(token(0, "Hel"))
         wait_until(lambda: Part.objects.get(pk=part.pk).text == "Hel", 10, "the first piece saved")
@@ -70,7 +70,7 @@ def test_pieces_are_numbered_tailed_broadcast_saved_and_finished(conversation, m
 def test_a_cancel_or_an_error_ends_the_part_with_its_text_kept(conversation, reason, error, state):
     part = streaming_part(conversation)
     text_stream.writer.ensure_running()
-    feed = text_stream.writer.callback(part.pk)
+    feed = text_stream.writer.callback(part, conversation.pk)
     feed(token(0, "Once upon"))
     feed(EngineEvent("fake", 1, None, "", is_finished=True, finish_reason=reason, error=error))
     final = settled(part, state)
@@ -114,7 +114,7 @@ def test_while_redis_is_down_the_text_goes_on_and_the_tail_is_rebuilt_when_it_re
     try:
         part = streaming_part(conversation)
         text_stream.writer.ensure_running()
-        feed = text_stream.writer.callback(part.pk)
+        feed = text_stream.writer.callback(part, conversation.pk)
         feed(token(0, "Once"))
         wait_until(lambda: live_text.tail(part.pk, 0) == ["Once"], 10, "the first piece tailed")
         server.stop()

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from django.conf import settings
+from django.db import connections
 
 
 def test_database_url() -> str:
-    """DATABASE_URL pointing at the database pytest-django created for this run."""
-    db = settings.DATABASES["default"]
+    """DATABASE_URL pointing at this process's database: the one pytest-django created for
+    the run, or the one a test pointed the ORM at (a chaos scenario's own cluster)."""
+    db = connections["default"].settings_dict
     if db["ENGINE"] == "django.db.backends.sqlite3":
         return f"sqlite:///{db['NAME']}"
-    if db["ENGINE"] == "django.db.backends.postgresql":
+    if db["ENGINE"] in ("config.postgres", "django.db.backends.postgresql"):
         auth = quote(db.get("USER") or "")
         if db.get("PASSWORD"):
             auth += ":" + quote(db["PASSWORD"])
