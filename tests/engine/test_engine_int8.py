@@ -61,6 +61,7 @@ def test_auto_is_int8_for_a_bfloat16_model_on_the_cpu() -> None:
 
 
 @pytest.mark.model
+@pytest.mark.timeout(900)
 def test_packaged_int8_quality() -> None:
     """SmolLM2 in int8: perplexity within 1% of bf16's, and the canonical greedy answer."""
     loaded = loading.load(None, "bfloat16")
