@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,17 @@ def wait_for_model(server: Daphne, timeout: float = 240) -> None:
             return False
 
     wait_until(ready, timeout, "the model to load", interval=0.25)
+
+
+@contextmanager
+def serving(name: str, log_dir: Path, timeout: float = 240, **env: str) -> Iterator[Daphne]:
+    """A Daphne started with `env`, once its model is ready; stopped by pid afterwards."""
+    server = start_daphne(name, log_dir, **env)
+    try:
+        wait_for_model(server, timeout)
+        yield server
+    finally:
+        server.service.stop()
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import start_daphne, wait_for_model
+from tests.conftest import serving
 from tests.support.http import get, open_long_stream, post_json, scrape_metric
 from tests.support.processes import wait_until
 
@@ -14,18 +14,14 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 @pytest.fixture(scope="module")
 def tight_server(django_db_setup, service_logs):
-    server = start_daphne(
+    with serving(
         "daphne-tight",
         service_logs,
         TANDEM_MAX_RUNNING="1",
         TANDEM_MAX_WAITING="1",
         TANDEM_API_KEYS=f"other-key,{KEY}",
-    )
-    try:
-        wait_for_model(server)
+    ) as server:
         yield server
-    finally:
-        server.service.stop()
 
 
 def hold_stream(server):

@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import start_daphne, wait_for_model
+from tests.conftest import serving
 from tests.support.http import get
 from tests.support.processes import BIN, child_env
 
@@ -42,19 +42,15 @@ CHECKS = (
 
 @pytest.fixture(scope="module")
 def fuzz_server(django_db_setup, service_logs):
-    server = start_daphne(
+    with serving(
         "daphne-fuzz",
         service_logs,
         TANDEM_MAX_SEQ_LEN="36",
         TANDEM_DEFAULT_MAX_NEW_TOKENS="2",
         TANDEM_MAX_RUNNING="2",
         TANDEM_MAX_WAITING="2",
-    )
-    try:
-        wait_for_model(server)
+    ) as server:
         yield server
-    finally:
-        server.service.stop()
 
 
 def test_the_document_is_served_and_names_every_public_route(fuzz_server):

@@ -12,7 +12,7 @@ from bench import http_load
 from bench.stats import summarise
 from bench.workload import chat_messages, chat_prompts
 from inference.provisioning import synthetic
-from tests.conftest import start_daphne, wait_for_model
+from tests.conftest import serving
 
 KEY = "bench-load-client-key"
 NEW_TOKENS = 12
@@ -20,18 +20,15 @@ NEW_TOKENS = 12
 
 @pytest.fixture(scope="module")
 def synthetic_server(django_db_setup, service_logs):
-    server = start_daphne(
+    with serving(
         "daphne-http-load",
         service_logs,
         TANDEM_ENGINE_SOURCE="synthetic",
         TANDEM_SYNTHETIC_TOKENS_PER_S="200",
         TANDEM_API_KEYS=KEY,
-    )
-    try:
-        wait_for_model(server, timeout=120)
+        timeout=120,
+    ) as server:
         yield server
-    finally:
-        server.service.stop()
 
 
 def test_streams_are_stamped_and_counted_from_usage(synthetic_server, tokenizer):

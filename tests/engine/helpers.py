@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 import torch
 from transformers import PreTrainedModel
@@ -120,3 +121,22 @@ class FlakyRunner:
         if self.calls in self.fail_calls:
             raise RuntimeError(f"injected fault in step {self.calls}")
         return self.inner.forward(batch, cache)
+
+
+def alone_and_together(
+    engine: Engine, seed: int, lengths: Iterable[int], base: int, step: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Greedy tokens of random prompts run one at a time, and the same run all together.
+
+    Prompt i has lengths[i] random ids and asks for base + step·i tokens, EOS ignored: a
+    batch-invariant engine gives each the same tokens both ways.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(100, 49152, (n,), generator=generator).tolist() for n in lengths]
+    requests = [
+        (None, p, SamplingParams(max_new_tokens=base + step * i, ignore_eos=True))
+        for i, p in enumerate(prompts)
+    ]
+    alone = [engine.generate_batch([r], timeout=WAIT)[0].token_ids for r in requests]
+    together = [r.token_ids for r in engine.generate_batch(requests, timeout=WAIT)]
+    return alone, together

@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from inference.engine import SamplingParams
 from inference.engine.model_runner import LlamaRunner
 from inference.engine.weights.choice import build_runner
-from tests.engine.helpers import WAIT, hf_greedy, sharpen, tiny_config
+from tests.engine.helpers import WAIT, alone_and_together, hf_greedy, sharpen, tiny_config
 from tests.engine.test_engine_q4 import tiny_q4
 
 BUCKETS = (1, 2, 4)
@@ -65,14 +65,7 @@ def hf_greedy_no_eos(model, prompt: list[int], new_tokens: int) -> list[int]:
 def test_compiled_batch_invariance(compiled_runner, tokenizer, make_engine):
     """A request's greedy tokens do not depend on its companions in the compiled buckets."""
     engine = make_engine(compiled_runner.model, tokenizer, runner=compiled_runner, max_running=4)
-    generator = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(100, 49152, (n,), generator=generator).tolist() for n in (3, 9, 17)]
-    requests = [
-        (None, p, SamplingParams(max_new_tokens=6 + 4 * i, ignore_eos=True))
-        for i, p in enumerate(prompts)
-    ]
-    alone = [engine.generate_batch([r], timeout=WAIT)[0].token_ids for r in requests]
-    together = [r.token_ids for r in engine.generate_batch(requests, timeout=WAIT)]
+    alone, together = alone_and_together(engine, 3, (3, 9, 17), 6, 4)
     assert together == alone
 
 

@@ -13,7 +13,7 @@ from inference.engine.weights.choice import build_runner
 from inference.engine.weights.projection import Projection
 from inference.provisioning import loading
 from inference.provisioning.prompting import chat_prompt_ids
-from tests.engine.helpers import WAIT, sharpen, tiny_config
+from tests.engine.helpers import WAIT, alone_and_together, sharpen, tiny_config
 
 ALWAYS_INT8 = 1 << 20
 
@@ -43,14 +43,7 @@ def test_int8_batch_invariance(tokenizer, make_engine, max_rows) -> None:
     runner = build_runner(model, "int8", None, max_rows=max_rows)
     assert runner.weights == "int8"
     engine = make_engine(model, tokenizer, runner=runner, max_running=8, max_step_tokens=64)
-    generator = torch.Generator().manual_seed(6)
-    prompts = [torch.randint(100, 49152, (n,), generator=generator).tolist() for n in (3, 11, 29)]
-    requests = [
-        (None, p, SamplingParams(max_new_tokens=6 + 3 * i, ignore_eos=True))
-        for i, p in enumerate(prompts)
-    ]
-    alone = [engine.generate_batch([r], timeout=WAIT)[0].token_ids for r in requests]
-    together = [r.token_ids for r in engine.generate_batch(requests, timeout=WAIT)]
+    alone, together = alone_and_together(engine, 6, (3, 11, 29), 6, 3)
     assert together == alone
 
 

@@ -20,7 +20,7 @@ from inference.engine.weights.choice import build_runner
 from inference.engine.weights.layers import layer_linears
 from inference.engine.weights.q4 import GGUF_PARTS, read_q4_1, unpermute_rows
 from inference.provisioning import loading, model_source
-from tests.engine.helpers import WAIT, hf_greedy, sharpen, tiny_config
+from tests.engine.helpers import WAIT, alone_and_together, hf_greedy, sharpen, tiny_config
 
 Q4_1 = gguf.GGMLQuantizationType.Q4_1
 ALWAYS_INT4 = 1 << 20
@@ -118,16 +118,7 @@ def test_q4_batch_invariance(tmp_path, tokenizer, make_engine, max_rows) -> None
     model, path = tiny_q4(tmp_path, torch.bfloat16)
     runner = build_runner(model, "q4", path, max_rows=max_rows)
     engine = make_engine(model, tokenizer, runner=runner, max_running=8, max_step_tokens=64)
-    generator = torch.Generator().manual_seed(5)
-    prompts = [
-        torch.randint(100, 49152, (n,), generator=generator).tolist() for n in range(3, 43, 5)
-    ]
-    requests = [
-        (None, p, SamplingParams(max_new_tokens=8 + 3 * i, ignore_eos=True))
-        for i, p in enumerate(prompts)
-    ]
-    alone = [engine.generate_batch([r], timeout=WAIT)[0].token_ids for r in requests]
-    together = [r.token_ids for r in engine.generate_batch(requests, timeout=WAIT)]
+    alone, together = alone_and_together(engine, 5, range(3, 43, 5), 8, 3)
     assert together == alone
 
 
