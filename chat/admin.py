@@ -20,6 +20,7 @@ from django.utils.text import Truncator
 
 from chat.admin_actions import PartActions
 from chat.admin_queries import message_status, stuck_parts, with_timings
+from chat.conversations import conversation_delete
 from chat.models import Conversation, Message, Part
 
 
@@ -340,7 +341,14 @@ class MessageInline(ReadOnlyInline):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(ReadOnlyAdmin):
+class ConversationAdmin(NoHandEdits, admin.ModelAdmin):
+    """Conversations, read-only, and deleted only through `conversation_delete`.
+
+    Django's delete button and its "delete selected" action both end in `delete_model` /
+    `delete_queryset`, which call the service: replies in progress are stopped, the image
+    files removed and open pages told, as when the owner deletes it.
+    """
+
     list_display = ["id", "title", "owner", "message_count", "created_at", "updated_at"]
     list_filter = [("created_at", admin.DateFieldListFilter)]
     search_fields = ["title", "owner__username"]
@@ -351,6 +359,22 @@ class ConversationAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
         return super().get_queryset(request).annotate(messages_total=Count("messages"))
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return request.user.has_perm("chat.delete_conversation")
+
+    def delete_model(self, request: HttpRequest, obj: Conversation) -> None:
+        conversation_delete(obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
+        for conversation in queryset:
+            conversation_delete(conversation)
+
+    def get_deleted_objects(self, objs, request: HttpRequest):
+        """The confirmation lists the messages and parts that go too; deleting them needs no
+        permission of their own (their admins are read-only): they go with the conversation."""
+        deleted, counts, _, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
 
     @admin.display(description="messages", ordering="messages_total")
     def message_count(self, conversation: Conversation) -> int:

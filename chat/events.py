@@ -2,7 +2,9 @@
 
 Every web process and Celery worker can reach every browser this way. Three event types:
 `part.delta` (a text piece and its per-part sequence number), `part.state` (state, progress,
-error, image URL, text for final states) and `message.state` (the derived status).
+error, image URL, text for final states) and `message.state` (the derived status); the
+conversation's own events (`conversation.state`, `conversation.deleted`) are built in
+`chat/conversations.py`, above this layer.
 """
 
 from __future__ import annotations

@@ -83,10 +83,13 @@ def check_turn(user, text: str, engine: Engine | None) -> None:
         raise TurnRefused(429, "The engine is busy right now; try again in a few seconds.", 5)
 
 
-def turn_create(user, conversation: Conversation, text: str, wants_image: bool) -> Message:
+def turn_create(user, conversation: Conversation | None, text: str, wants_image: bool) -> Message:
     """Write the user's message and the reply's ordered parts, then start both parts.
 
-    One transaction writes everything (text part at 0, image part at 1 when asked); only
+    With no `conversation`, the turn is a new conversation's first: the conversation is
+    created in the same transaction, after the checks, so a refused or never-sent first
+    message leaves no empty row behind. One transaction writes everything (text part at 0,
+    image part at 1 when asked); only
     after it commits is the text submitted to the engine and the image task enqueued, so
     neither can race ahead of rows that do not exist yet. The reply comes back as the text's
     start left it (`history_truncated` set when old turns were dropped from the prompt).
@@ -96,7 +99,10 @@ def turn_create(user, conversation: Conversation, text: str, wants_image: bool) 
     check_turn(user, text, engine)  # the common refusals, before queueing for the admission lock
     with log_ids_scope(), ADMISSION, transaction.atomic():
         check_turn(user, text, engine)  # again: no other turn of this process is half-way now
-        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        if conversation is None:
+            conversation = Conversation.objects.create(owner=user)
+        else:
+            conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
         position = conversation.messages.count()
         Message.objects.create(
             conversation=conversation,

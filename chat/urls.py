@@ -6,8 +6,16 @@ from chat import sse, views
 
 urlpatterns = [
     path("c/new", views.conversation_new, name="conversation-new"),
+    path("c/new/turns", views.turn_create, name="turn-first"),
     path("c/<int:conversation_id>/", views.conversation, name="conversation"),
     path("c/<int:conversation_id>/turns", views.turn_create, name="turn-create"),
+    path("c/<int:conversation_id>/rename", views.conversation_rename, name="conversation-rename"),
+    path("c/<int:conversation_id>/delete", views.conversation_delete, name="conversation-delete"),
+    path(
+        "c/<int:conversation_id>/export.<str:fmt>",
+        views.conversation_export,
+        name="conversation-export",
+    ),
     path("m/<int:message_id>/stop", views.message_stop, name="message-stop"),
     path("m/<int:message_id>/events", sse.events, name="message-events"),
     path("parts/<int:part_id>/retry", views.image_retry, name="image-retry"),

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
-from chat import services
+from chat import conversations, export, services
 from chat.models import Conversation, Message, Part
+from chat.search import conversation_search
 from chat.snapshot import conversation_snapshot, message_payload
 from media.services import image_retry as retry
 
@@ -18,16 +21,25 @@ from media.services import image_retry as retry
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    """The conversation list."""
-    conversations = Conversation.objects.filter(owner=request.user)[:100]
-    return render(request, "chat/home.html", {"conversations": conversations})
+    """The conversation list, or those matching `?q=` (titles and the words said in them)."""
+    query = request.GET.get("q", "").strip()[:200]
+    found = conversation_search(request.user, query)[:100]
+    return render(request, "chat/home.html", {"conversations": found, "query": query})
 
 
 @login_required
-@require_POST
+@require_GET
 def conversation_new(request: HttpRequest) -> HttpResponse:
-    conversation = Conversation.objects.create(owner=request.user)
-    return redirect("conversation", conversation_id=conversation.pk)
+    """An empty conversation page; nothing is saved until its first message is sent."""
+    return render(
+        request,
+        "chat/conversation.html",
+        {
+            "conversation": None,
+            "conversations": Conversation.objects.filter(owner=request.user)[:100],
+            "initial": [],
+        },
+    )
 
 
 @login_required
@@ -46,6 +58,62 @@ def conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
     )
 
 
+def json_body(request: HttpRequest) -> dict | None:
+    """The request's JSON object, or None when the body is not one."""
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def owned_conversation(request: HttpRequest, conversation_id: int) -> Conversation:
+    return get_object_or_404(Conversation, pk=conversation_id, owner=request.user)
+
+
+@login_required
+@require_POST
+def conversation_rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """POST JSON {"title"}: 200 with the conversation as saved, 422 with what is wrong."""
+    convo = owned_conversation(request, conversation_id)
+    body = json_body(request)
+    if body is None or not isinstance(body.get("title"), str):
+        return JsonResponse({"error": 'Send {"title": "..."}.'}, status=400)
+    try:
+        conversations.conversation_rename(convo, body["title"])
+    except conversations.ConversationInvalid as invalid:
+        return JsonResponse({"error": str(invalid), "errors": invalid.errors}, status=422)
+    return JsonResponse({"conversation": conversation_payload(convo)})
+
+
+@login_required
+@require_POST
+def conversation_delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """Delete the conversation (stopping its replies in progress); the page goes home."""
+    conversations.conversation_delete(owned_conversation(request, conversation_id))
+    return JsonResponse({"deleted": conversation_id, "redirect": reverse("home")})
+
+
+EXPORTS = {
+    "md": (export.as_markdown, "text/markdown; charset=utf-8"),
+    "json": (export.as_json, "application/json"),
+}
+
+
+@login_required
+@require_GET
+def conversation_export(request: HttpRequest, conversation_id: int, fmt: str) -> HttpResponse:
+    """The whole conversation as a Markdown or JSON download."""
+    convo = owned_conversation(request, conversation_id)
+    if fmt not in EXPORTS:
+        raise Http404("No such export format.")
+    build, content_type = EXPORTS[fmt]
+    response = HttpResponse(build(convo), content_type=content_type)
+    name = f"{slugify(convo.title)[:50] or 'conversation'}-{convo.pk}.{fmt}"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
 def refused(error: services.TurnRefused) -> JsonResponse:
     response = JsonResponse({"error": error.message}, status=error.status)
     if error.retry_after:
@@ -53,16 +121,29 @@ def refused(error: services.TurnRefused) -> JsonResponse:
     return response
 
 
+def conversation_payload(convo: Conversation) -> dict:
+    """What the page needs to become this conversation's page after its first message."""
+    return {
+        "id": convo.pk,
+        "title": convo.title,
+        "url": reverse("conversation", args=[convo.pk]),
+        "turns_url": reverse("turn-create", args=[convo.pk]),
+    }
+
+
 @login_required
 @require_POST
-def turn_create(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    """POST JSON {"text", "image"}: 201 with the reply's message and its placeholder parts."""
-    convo = get_object_or_404(Conversation, pk=conversation_id, owner=request.user)
-    try:
-        body = json.loads(request.body or b"{}")
-    except ValueError:
-        return JsonResponse({"error": "The request body must be JSON."}, status=400)
-    if not isinstance(body, dict) or not isinstance(body.get("text", ""), str):
+def turn_create(request: HttpRequest, conversation_id: int | None = None) -> HttpResponse:
+    """POST JSON {"text", "image"}: 201 with the reply's message and its placeholder parts.
+
+    Without a conversation id (`/c/new/turns`) the first message creates the conversation;
+    the answer says where it lives.
+    """
+    convo = None
+    if conversation_id is not None:
+        convo = get_object_or_404(Conversation, pk=conversation_id, owner=request.user)
+    body = json_body(request)
+    if body is None or not isinstance(body.get("text", ""), str):
         return JsonResponse({"error": 'Send {"text": "...", "image": false}.'}, status=400)
     try:
         reply = services.turn_create(
@@ -70,9 +151,14 @@ def turn_create(request: HttpRequest, conversation_id: int) -> HttpResponse:
         )
     except services.TurnRefused as error:
         return refused(error)
-    user_message = Message.objects.get(conversation=convo, position=reply.position - 1)
+    user_message = Message.objects.get(conversation=reply.conversation, position=reply.position - 1)
     return JsonResponse(
-        {"user": message_payload(user_message), "reply": message_payload(reply)}, status=201
+        {
+            "conversation": conversation_payload(reply.conversation),
+            "user": message_payload(user_message),
+            "reply": message_payload(reply),
+        },
+        status=201,
     )
 
 

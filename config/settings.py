@@ -276,6 +276,8 @@ TANDEM_CHAT_MAX_NEW_TOKENS = env_int("TANDEM_CHAT_MAX_NEW_TOKENS", 384)
 TANDEM_CHAT_TEMPERATURE = env_float("TANDEM_CHAT_TEMPERATURE", 0.3)
 TANDEM_MAX_MESSAGE_CHARS = env_int("TANDEM_MAX_MESSAGE_CHARS", 8000)
 TANDEM_MAX_TURNS_IN_FLIGHT = env_int("TANDEM_MAX_TURNS_IN_FLIGHT", 3)
+# PostgreSQL's text search configuration for the conversation search (its stemming language).
+TANDEM_SEARCH_CONFIG = env_str("TANDEM_SEARCH_CONFIG", "english")
 # A web process refreshes its heartbeat key every TTL/3 s; text parts of a process whose key
 # expired are marked interrupted by the sweeper.
 TANDEM_HEARTBEAT_TTL = env_int("TANDEM_HEARTBEAT_TTL", 30)

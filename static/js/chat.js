@@ -13,10 +13,12 @@
   var root = document.getElementById("chat");
   if (!root) { return; }
 
-  var conversationId = Number(root.dataset.conversationId);
+  // A new conversation has no id (and no row) until its first message is sent.
+  var conversationId = Number(root.dataset.conversationId) || null;
   var turnsUrl = root.dataset.turnsUrl;
-  var stopUrl = function (id) { return root.dataset.stopUrl.replace("/0/", "/" + id + "/"); };
-  var retryUrl = function (id) { return root.dataset.retryUrl.replace("/0/", "/" + id + "/"); };
+  var withId = function (template, id) { return template.replace("/0/", "/" + id + "/"); };
+  var stopUrl = function (id) { return withId(root.dataset.stopUrl, id); };
+  var retryUrl = function (id) { return withId(root.dataset.retryUrl, id); };
   var list = document.getElementById("messages");
   var emptyState = document.getElementById("empty-state");
   var composer = document.getElementById("composer");
@@ -375,6 +377,8 @@
       case "part.delta": onDelta(event); break;
       case "part.state": onPartState(event); break;
       case "message.state": onMessageState(event); break;
+      case "conversation.state": showTitle(event.conversation.title); break;
+      case "conversation.deleted": onDeleted(); break;
       default: break;
     }
   }
@@ -450,7 +454,7 @@
     }, Math.max(0, lastResync + 1000 - Date.now()));
   }
 
-  window.addEventListener("online", function () { if (!socket) { connect(); } });
+  window.addEventListener("online", function () { if (!socket && conversationId && !deleted) { connect(); } });
 
   // -------------------------------------------------------------- actions
 
@@ -487,17 +491,130 @@
     holdTimer = setInterval(tick, 250);
   }
 
-  function retitle(text) {
-    var link = document.querySelector('.conversation-list a[aria-current="page"]');
-    var title = document.getElementById("conversation-title");
-    if (link && link.dataset.untitled === "true") {
-      link.textContent = text.slice(0, 60);
-      link.dataset.untitled = "false";
-    }
-    if (title && title.dataset.untitled === "true") {
-      title.textContent = text.slice(0, 60);
-      title.dataset.untitled = "false";
-    }
+  // -------------------------------------------------------------- the conversation itself
+
+  var titleNode = document.getElementById("conversation-title");
+  var actions = document.getElementById("chat-actions");
+  var renameForm = document.getElementById("rename-form");
+  var renameInput = document.getElementById("rename-input");
+  var renameError = document.getElementById("rename-error");
+  var deleted = false;
+
+  function currentLink() {
+    return document.querySelector('.conversation-list a[aria-current="page"]');
+  }
+
+  function showTitle(title) {
+    titleNode.textContent = title;
+    titleNode.dataset.untitled = "false";
+    var link = currentLink();
+    if (link) { link.textContent = title; link.dataset.untitled = "false"; }
+    document.title = title + " · Tandem";
+  }
+
+  function becomeConversation(conversation) {
+    // The first message created the conversation: this page is now its page.
+    conversationId = conversation.id;
+    turnsUrl = conversation.turns_url;
+    root.dataset.conversationId = String(conversation.id);
+    history.replaceState(null, "", conversation.url);
+    var nav = document.querySelector(".conversation-list");
+    var ul = nav.querySelector("ul") || nav.appendChild(el("ul"));
+    var empty = nav.querySelector(".empty-list");
+    if (empty) { empty.remove(); }
+    ul.insertBefore(el("li", {}, [el("a", {
+      href: conversation.url,
+      "data-conversation-id": conversation.id,
+      "data-untitled": "false",
+      "aria-current": "page",
+      text: conversation.title,
+    })]), ul.firstChild);
+    showTitle(conversation.title);
+    document.getElementById("export-md").href = withId(root.dataset.exportUrl, conversation.id);
+    document.getElementById("export-json").href = withId(root.dataset.exportUrl, conversation.id).replace(/\.md$/, ".json");
+    actions.hidden = false;
+    connect();
+  }
+
+  function startRename() {
+    renameInput.value = titleNode.textContent;
+    renameError.hidden = true;
+    titleNode.hidden = true;
+    actions.hidden = true;
+    renameForm.hidden = false;
+    renameInput.focus();
+    renameInput.select();
+  }
+
+  function endRename() {
+    renameForm.hidden = true;
+    titleNode.hidden = false;
+    actions.hidden = false;
+    renameInput.removeAttribute("aria-invalid");
+  }
+
+  function saveRename() {
+    var button = renameForm.querySelector("button[type=submit]");
+    button.disabled = true;
+    post(withId(root.dataset.renameUrl, conversationId), { title: renameInput.value })
+      .then(function (response) {
+        return response.json().catch(function () { return null; }).then(function (body) {
+          if (response.status === 200) { showTitle(body.conversation.title); endRename(); return; }
+          renameError.hidden = false;
+          renameError.textContent = (body && body.errors && body.errors.title) || errorText(response, body, "The title was not saved");
+          renameInput.setAttribute("aria-invalid", "true");
+        });
+      }, function () {
+        renameError.hidden = false;
+        renameError.textContent = "Could not reach the server.";
+      })
+      .then(function () { button.disabled = false; });
+  }
+
+  document.getElementById("rename").addEventListener("click", startRename);
+  document.getElementById("rename-cancel").addEventListener("click", endRename);
+  renameForm.addEventListener("submit", function (event) { event.preventDefault(); saveRename(); });
+  renameInput.addEventListener("keydown", function (event) {
+    if (event.key === "Escape") { event.preventDefault(); endRename(); }
+  });
+
+  var deleteButton = document.getElementById("delete");
+  var deleteConfirm = document.getElementById("delete-confirm");
+  deleteButton.addEventListener("click", function () {
+    deleteButton.hidden = true;
+    deleteConfirm.hidden = false;
+    document.getElementById("delete-no").focus();
+  });
+  document.getElementById("delete-no").addEventListener("click", function () {
+    deleteConfirm.hidden = true;
+    deleteButton.hidden = false;
+  });
+  document.getElementById("delete-yes").addEventListener("click", function () {
+    var yes = document.getElementById("delete-yes");
+    yes.disabled = true;
+    post(withId(root.dataset.deleteUrl, conversationId)).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (body) {
+        if (response.status === 200) { deleted = true; location.assign(body.redirect); return; }
+        yes.disabled = false;
+        showNotice("error", errorText(response, body, "The conversation was not deleted"));
+      });
+    }, function () {
+      yes.disabled = false;
+      showNotice("error", "Could not reach the server; the conversation was not deleted.");
+    });
+  });
+
+  function onDeleted() {
+    // Deleted here or in another tab: nothing more will come, and nothing can be sent.
+    deleted = true;
+    var old = socket;
+    socket = null;
+    if (old) { try { old.close(); } catch (e) { /* already closing */ } }
+    setConnection("closed", "this conversation was deleted");
+    actions.hidden = true;
+    sendButton.disabled = true;
+    textarea.disabled = true;
+    showNotice("error", "This conversation was deleted.");
   }
 
   function send() {
@@ -514,7 +631,8 @@
             showNotice("", "");
             textarea.value = "";
             autosize();
-            retitle(text.trim());
+            if (!conversationId) { becomeConversation(body.conversation); }
+            else if (titleNode.dataset.untitled === "true") { showTitle(body.conversation.title); }
             keepingScroll(function () {
               [body.user, body.reply].forEach(function (data) {
                 if (!messages.has(data.id)) { setMessage(data); }
@@ -609,6 +727,6 @@
   var initial = JSON.parse(document.getElementById("initial-messages").textContent || "[]");
   applySnapshot(initial);
   toBottom();
-  connect();
+  if (conversationId) { connect(); }
   textarea.focus();
 })();
