@@ -349,13 +349,37 @@ class ConversationAdmin(NoHandEdits, admin.ModelAdmin):
     files removed and open pages told, as when the owner deletes it.
     """
 
-    list_display = ["id", "title", "owner", "message_count", "created_at", "updated_at"]
+    list_display = [
+        "id",
+        "title",
+        "owner",
+        "message_count",
+        "temperature",
+        "top_p",
+        "max_new_tokens",
+        "created_at",
+        "updated_at",
+    ]
     list_filter = [("created_at", admin.DateFieldListFilter)]
     search_fields = ["title", "owner__username"]
     list_select_related = ["owner"]
     show_full_result_count = False
     inlines = [MessageInline]
-    fields = ["title", "owner", "created_at", "updated_at"]
+    fieldsets = [
+        (None, {"fields": ["title", "owner", "created_at", "updated_at"]}),
+        (
+            "settings",
+            {
+                "fields": [
+                    "system_prompt",
+                    "temperature",
+                    "top_p",
+                    "max_new_tokens",
+                    "image_by_default",
+                ]
+            },
+        ),
+    ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
         return super().get_queryset(request).annotate(messages_total=Count("messages"))

@@ -1,4 +1,4 @@
-"""A conversation as a whole: rename it, delete it (with the work still in flight for it).
+"""A conversation as a whole: rename it, change its settings, delete it (with its work).
 
 Only views and the admin call these. Each change is saved and then told to the
 conversation's browsers (`conversation.state`, `conversation.deleted`), so another tab on
@@ -8,11 +8,21 @@ the same conversation follows it.
 from __future__ import annotations
 
 import logging
+from copy import copy
 
+from django import forms
 from django.db import transaction
+from django.forms.models import model_to_dict
 
 from chat import events, live_text, services
-from chat.models import Conversation, Message, Part
+from chat.models import (
+    MAX_NEW_TOKENS_CAP,
+    SETTING_DEFAULTS,
+    SYSTEM_PROMPT_CHARS,
+    Conversation,
+    Message,
+    Part,
+)
 
 log = logging.getLogger(__name__)
 UNFINISHED = [Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING]
@@ -32,7 +42,64 @@ def conversation_state_event(conversation: Conversation) -> dict:
 
 def conversation_fields(conversation: Conversation) -> dict:
     """What a page shows of a conversation besides its messages."""
-    return {"id": conversation.pk, "title": conversation.title}
+    return {
+        "id": conversation.pk,
+        "title": conversation.title,
+        "settings": conversation.effective_settings(),
+    }
+
+
+SETTINGS_FIELDS = list(SETTING_DEFAULTS)
+
+
+def between(low, high, what: str) -> dict[str, str]:
+    text = f"{what} must be between {low} and {high}."
+    return {"min_value": text, "max_value": text, "invalid": f"{what} must be a number."}
+
+
+class SettingsForm(forms.ModelForm):
+    """A conversation's settings, checked by its fields' validators, in words a person reads."""
+
+    class Meta:
+        model = Conversation
+        fields = SETTINGS_FIELDS
+        error_messages = {
+            "temperature": between(0, 2, "Temperature"),
+            "top_p": between(0.05, 1, "Top-p"),
+            "max_new_tokens": between(1, MAX_NEW_TOKENS_CAP, "Max new tokens")
+            | {"invalid": "Max new tokens must be a whole number."},
+            "system_prompt": {
+                "max_length": f"The system prompt is limited to {SYSTEM_PROMPT_CHARS:,} characters."
+            },
+        }
+
+
+def valid_settings(data: dict, conversation: Conversation | None = None) -> dict:
+    """`data` over the conversation's own settings, validated; fields not given keep their
+    value, and an empty one goes back to following its default. Raises ConversationInvalid
+    naming each bad field."""
+    current = model_to_dict(conversation or Conversation(), fields=SETTINGS_FIELDS)
+    given = {name: value for name, value in data.items() if name in SETTINGS_FIELDS}
+    unknown = sorted(set(data) - set(SETTINGS_FIELDS))
+    if unknown:
+        raise ConversationInvalid({name: "Not a setting." for name in unknown})
+    # The form writes the values onto its instance even when they are refused: give it a copy.
+    form = SettingsForm({**current, **given}, instance=copy(conversation))
+    if not form.is_valid():
+        raise ConversationInvalid({name: errors[0] for name, errors in form.errors.items()})
+    return {name: form.cleaned_data[name] for name in SETTINGS_FIELDS}
+
+
+def conversation_settings_update(conversation: Conversation, data: dict) -> Conversation:
+    """Change the conversation's settings; the next reply uses them, open pages are told."""
+    values = valid_settings(data, conversation)
+    with transaction.atomic():
+        Conversation.objects.filter(pk=conversation.pk).update(**values)
+        for name, value in values.items():
+            setattr(conversation, name, value)
+        event = conversation_state_event(conversation)
+        transaction.on_commit(lambda: events.send(conversation.pk, event))
+    return conversation
 
 
 def conversation_rename(conversation: Conversation, title: str) -> Conversation:

@@ -1,4 +1,5 @@
-"""The prompt of a turn: the conversation so far, through the model's chat template.
+"""The prompt of a turn: the conversation's system prompt and the conversation so far, through
+the model's chat template.
 
 When the whole history does not fit the context window (less room for the reply), the
 oldest turns are dropped, whole, until it does; the caller records that it happened.
@@ -9,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chat.models import Message, Part
-
-SYSTEM = "You are Tandem, a helpful assistant. Answer clearly and concisely."
 
 
 @dataclass(frozen=True)
@@ -45,13 +44,18 @@ def user_words(reply: Message) -> str:
     return asked.text if asked else ""
 
 
-def build(tokenizer, conversation_id: int, up_to_position: int, budget: int) -> Prompt:
-    """Prompt ids within `budget` tokens, dropping the oldest turns first (never the last)."""
+def build(
+    tokenizer, conversation_id: int, up_to_position: int, budget: int, system_prompt: str
+) -> Prompt:
+    """Prompt ids within `budget` tokens, dropping the oldest turns first (never the last).
+
+    `system_prompt` (the conversation's own; empty sends none) always stays.
+    """
     # Imported here: it loads transformers, which Celery workers (they read user_words) never need.
     from inference.provisioning.prompting import chat_prompt_ids
 
     turns = transcript(conversation_id, up_to_position)
-    system = [{"role": "system", "content": SYSTEM}]
+    system = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
     dropped = 0
     while True:
         ids = chat_prompt_ids(tokenizer, system + turns[dropped:])

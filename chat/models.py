@@ -7,16 +7,63 @@ the browser; a Message's status is derived from its parts, never stored.
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
 from django.db import models
+
+# A reply's length is capped below the context window (2,048 tokens for SmolLM2), so the
+# conversation so far always keeps room in the prompt.
+MAX_NEW_TOKENS_CAP = 1024
+SYSTEM_PROMPT_CHARS = 2000
+# Each setting of a conversation and the Django setting that is its default.
+SETTING_DEFAULTS = {
+    "system_prompt": "TANDEM_CHAT_SYSTEM_PROMPT",
+    "temperature": "TANDEM_CHAT_TEMPERATURE",
+    "top_p": "TANDEM_CHAT_TOP_P",
+    "max_new_tokens": "TANDEM_CHAT_MAX_NEW_TOKENS",
+    "image_by_default": "TANDEM_CHAT_IMAGE_BY_DEFAULT",
+}
 
 
 class Conversation(models.Model):
-    """One chat thread, owned by one user."""
+    """One chat thread, owned by one user, with its own settings for the replies.
+
+    A setting left empty (null) follows its default in the Django settings (TANDEM_CHAT_*),
+    read when each reply starts; the owner sets them through
+    `chat.conversations.conversation_settings_update`, checked by these fields' validators.
+    """
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
     )
     title = models.CharField(max_length=200, blank=True)
+    system_prompt = models.TextField(
+        null=True,
+        blank=True,
+        validators=[MaxLengthValidator(SYSTEM_PROMPT_CHARS)],
+        help_text="Sent first in every prompt; empty: the default (TANDEM_CHAT_SYSTEM_PROMPT).",
+    )
+    temperature = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0), MaxValueValidator(2.0)],
+        help_text="0 is greedy (always the likeliest token); empty: TANDEM_CHAT_TEMPERATURE.",
+    )
+    top_p = models.FloatField(
+        "top-p",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.05), MaxValueValidator(1.0)],
+        help_text="Sample from the likeliest tokens holding this much probability.",
+    )
+    max_new_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_NEW_TOKENS_CAP)],
+        help_text="The longest reply, in tokens; empty: TANDEM_CHAT_MAX_NEW_TOKENS.",
+    )
+    image_by_default = models.BooleanField(
+        null=True, blank=True, help_text="The composer's Image switch starts on."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -26,6 +73,14 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
+
+    def effective_settings(self) -> dict:
+        """Each setting as the next reply uses it: this conversation's own, else the default."""
+        effective = {}
+        for name, setting in SETTING_DEFAULTS.items():
+            value = getattr(self, name)
+            effective[name] = getattr(settings, setting) if value in (None, "") else value
+        return effective
 
 
 class Message(models.Model):

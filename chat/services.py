@@ -83,13 +83,20 @@ def check_turn(user, text: str, engine: Engine | None) -> None:
         raise TurnRefused(429, "The engine is busy right now; try again in a few seconds.", 5)
 
 
-def turn_create(user, conversation: Conversation | None, text: str, wants_image: bool) -> Message:
+def turn_create(
+    user,
+    conversation: Conversation | None,
+    text: str,
+    wants_image: bool,
+    new_settings: dict | None = None,
+) -> Message:
     """Write the user's message and the reply's ordered parts, then start both parts.
 
     With no `conversation`, the turn is a new conversation's first: the conversation is
     created in the same transaction, after the checks, so a refused or never-sent first
-    message leaves no empty row behind. One transaction writes everything (text part at 0,
-    image part at 1 when asked); only
+    message leaves no empty row behind; `new_settings` (validated by the caller, see
+    `chat.conversations.settings_form`) replace its defaults. One transaction writes
+    everything (text part at 0, image part at 1 when asked); only
     after it commits is the text submitted to the engine and the image task enqueued, so
     neither can race ahead of rows that do not exist yet. The reply comes back as the text's
     start left it (`history_truncated` set when old turns were dropped from the prompt).
@@ -100,7 +107,7 @@ def turn_create(user, conversation: Conversation | None, text: str, wants_image:
     with log_ids_scope(), ADMISSION, transaction.atomic():
         check_turn(user, text, engine)  # again: no other turn of this process is half-way now
         if conversation is None:
-            conversation = Conversation.objects.create(owner=user)
+            conversation = Conversation.objects.create(owner=user, **(new_settings or {}))
         else:
             conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
         position = conversation.messages.count()
@@ -148,12 +155,19 @@ def text_start(engine: Engine, part: Part) -> None:
     from inference.engine import EngineError
 
     message = part.message
-    budget = engine.max_seq_len - settings.TANDEM_CHAT_MAX_NEW_TOKENS
-    prompt = history.build(engine.tokenizer, message.conversation_id, message.position, budget)
+    conversation = Conversation.objects.get(pk=message.conversation_id)
+    params = chat_sampling(conversation)
+    budget = engine.max_seq_len - params.max_new_tokens
+    prompt = history.build(
+        engine.tokenizer,
+        conversation.pk,
+        message.position,
+        budget,
+        conversation.effective_settings()["system_prompt"],
+    )
     if prompt.truncated:
         Message.objects.filter(pk=message.pk).update(history_truncated=True)
         message.history_truncated = True
-    params = chat_sampling()
     request_id = f"part-{part.pk}-{uuid.uuid4().hex[:8]}"
     started = part_transition(
         part.pk,

@@ -10,6 +10,11 @@ urlpatterns = [
     path("c/<int:conversation_id>/", views.conversation, name="conversation"),
     path("c/<int:conversation_id>/turns", views.turn_create, name="turn-create"),
     path("c/<int:conversation_id>/rename", views.conversation_rename, name="conversation-rename"),
+    path(
+        "c/<int:conversation_id>/settings",
+        views.conversation_settings,
+        name="conversation-settings",
+    ),
     path("c/<int:conversation_id>/delete", views.conversation_delete, name="conversation-delete"),
     path(
         "c/<int:conversation_id>/export.<str:fmt>",

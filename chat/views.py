@@ -36,6 +36,7 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
         "chat/conversation.html",
         {
             "conversation": None,
+            "settings": conversations.conversation_fields(Conversation())["settings"],
             "conversations": Conversation.objects.filter(owner=request.user)[:100],
             "initial": [],
         },
@@ -52,6 +53,7 @@ def conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
         "chat/conversation.html",
         {
             "conversation": convo,
+            "settings": conversations.conversation_fields(convo)["settings"],
             "conversations": Conversation.objects.filter(owner=request.user)[:100],
             "initial": conversation_snapshot(convo.pk),
         },
@@ -81,6 +83,21 @@ def conversation_rename(request: HttpRequest, conversation_id: int) -> HttpRespo
         return JsonResponse({"error": 'Send {"title": "..."}.'}, status=400)
     try:
         conversations.conversation_rename(convo, body["title"])
+    except conversations.ConversationInvalid as invalid:
+        return JsonResponse({"error": str(invalid), "errors": invalid.errors}, status=422)
+    return JsonResponse({"conversation": conversation_payload(convo)})
+
+
+@login_required
+@require_POST
+def conversation_settings(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """POST JSON with any of the settings: 200 with all of them as saved, 422 per field."""
+    convo = owned_conversation(request, conversation_id)
+    body = json_body(request)
+    if body is None:
+        return JsonResponse({"error": "Send the settings as a JSON object."}, status=400)
+    try:
+        conversations.conversation_settings_update(convo, body)
     except conversations.ConversationInvalid as invalid:
         return JsonResponse({"error": str(invalid), "errors": invalid.errors}, status=422)
     return JsonResponse({"conversation": conversation_payload(convo)})
@@ -123,9 +140,7 @@ def refused(error: services.TurnRefused) -> JsonResponse:
 
 def conversation_payload(convo: Conversation) -> dict:
     """What the page needs to become this conversation's page after its first message."""
-    return {
-        "id": convo.pk,
-        "title": convo.title,
+    return conversations.conversation_fields(convo) | {
         "url": reverse("conversation", args=[convo.pk]),
         "turns_url": reverse("turn-create", args=[convo.pk]),
     }
@@ -145,9 +160,17 @@ def turn_create(request: HttpRequest, conversation_id: int | None = None) -> Htt
     body = json_body(request)
     if body is None or not isinstance(body.get("text", ""), str):
         return JsonResponse({"error": 'Send {"text": "...", "image": false}.'}, status=400)
+    new_settings = None
+    if convo is None and body.get("settings") is not None:  # the first turn may bring them
+        if not isinstance(body["settings"], dict):
+            return JsonResponse({"error": "settings must be a JSON object."}, status=400)
+        try:
+            new_settings = conversations.valid_settings(body["settings"])
+        except conversations.ConversationInvalid as invalid:
+            return JsonResponse({"error": str(invalid), "errors": invalid.errors}, status=422)
     try:
         reply = services.turn_create(
-            request.user, convo, body.get("text", ""), bool(body.get("image"))
+            request.user, convo, body.get("text", ""), bool(body.get("image")), new_settings
         )
     except services.TurnRefused as error:
         return refused(error)

@@ -377,7 +377,10 @@
       case "part.delta": onDelta(event); break;
       case "part.state": onPartState(event); break;
       case "message.state": onMessageState(event); break;
-      case "conversation.state": showTitle(event.conversation.title); break;
+      case "conversation.state":
+        showTitle(event.conversation.title);
+        showSettings(event.conversation.settings);
+        break;
       case "conversation.deleted": onDeleted(); break;
       default: break;
     }
@@ -604,6 +607,69 @@
     });
   });
 
+  // -------------------------------------------------------------- its settings
+
+  var settingsForm = document.getElementById("settings-form");
+  var settingsNotice = document.getElementById("settings-notice");
+  var pendingSettings = null; // saved before the conversation exists: sent with its first message
+  var SETTING_NAMES = ["system_prompt", "temperature", "top_p", "max_new_tokens", "image_by_default"];
+
+  function settingsValues() {
+    var values = {};
+    SETTING_NAMES.forEach(function (name) {
+      var field = settingsForm.elements[name];
+      values[name] = field.type === "checkbox" ? field.checked : field.value;
+    });
+    return values;
+  }
+
+  function showSettings(values) {
+    if (!values) { return; }
+    SETTING_NAMES.forEach(function (name) {
+      var field = settingsForm.elements[name];
+      if (field === document.activeElement) { return; } // not under the user's cursor
+      if (field.type === "checkbox") { field.checked = !!values[name]; }
+      else { field.value = String(values[name]); }
+    });
+  }
+
+  function showSettingErrors(errors) {
+    settingsForm.querySelectorAll(".field-error").forEach(function (node) {
+      var words = errors && errors[node.dataset.for];
+      node.hidden = !words;
+      node.textContent = words || "";
+      var field = settingsForm.elements[node.dataset.for];
+      if (words) { field.setAttribute("aria-invalid", "true"); } else { field.removeAttribute("aria-invalid"); }
+    });
+  }
+
+  function saveSettings() {
+    showSettingErrors(null);
+    if (!conversationId) {
+      // No conversation yet: these go with the first message, checked there.
+      pendingSettings = settingsValues();
+      imageToggle.checked = pendingSettings.image_by_default;
+      settingsNotice.textContent = "Kept: they apply from the first message.";
+      return;
+    }
+    settingsNotice.textContent = "Saving…";
+    post(withId(root.dataset.settingsUrl, conversationId), settingsValues()).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (body) {
+        if (response.status === 200) {
+          var saved = body.conversation.settings;
+          showSettings(saved);
+          imageToggle.checked = saved.image_by_default;
+          settingsNotice.textContent = "Saved: the next reply uses them.";
+          return;
+        }
+        showSettingErrors(body && body.errors);
+        settingsNotice.textContent = errorText(response, body, "Not saved");
+      });
+    }, function () { settingsNotice.textContent = "Could not reach the server; not saved."; });
+  }
+
+  settingsForm.addEventListener("submit", function (event) { event.preventDefault(); saveSettings(); });
+
   function onDeleted() {
     // Deleted here or in another tab: nothing more will come, and nothing can be sent.
     deleted = true;
@@ -624,7 +690,9 @@
     sending = true;
     sendButton.disabled = true;
     composer.setAttribute("aria-busy", "true");
-    post(turnsUrl, { text: text, image: imageToggle.checked })
+    var body = { text: text, image: imageToggle.checked };
+    if (!conversationId && pendingSettings) { body.settings = pendingSettings; } // created with them
+    post(turnsUrl, body)
       .then(function (response) {
         return response.json().catch(function () { return null; }).then(function (body) {
           if (response.status === 201) {
@@ -643,7 +711,11 @@
             toBottom();
             return;
           }
-          if (response.status === 422) {
+          if (response.status === 422 && body && body.errors) {
+            showSettingErrors(body.errors);
+            document.getElementById("settings-panel").open = true;
+            showNotice("error", "Check the conversation's settings: " + body.error);
+          } else if (response.status === 422) {
             showNotice("error", errorText(response, body, "That message can't be sent"));
           } else if (response.status === 429) {
             var wait = parseInt(response.headers.get("Retry-After") || "5", 10) || 5;
