@@ -318,7 +318,7 @@ class MessageAdmin(PartActions, DerivedColumns, ReadOnlyAdmin):
 
     @admin.display(description="parts")
     def parts_summary(self, message: Message) -> str:
-        return ", ".join(f"{part.kind} {part.state}" for part in message.parts.all())
+        return ", ".join(f"{part.kind} {part.state}" for part in message.shown_parts())
 
 
 class MessageInline(ReadOnlyInline):

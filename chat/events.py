@@ -32,6 +32,7 @@ def part_payload(part: Part) -> dict:
     return {
         "id": part.pk,
         "message_id": part.message_id,
+        "version": part.version,
         "index": part.index,
         "kind": part.kind,
         "state": part.state,

@@ -1,7 +1,9 @@
 """A conversation written out whole: as Markdown to read, as JSON to keep or process.
 
 The JSON carries every part with its state, error, attempt and timings, so a reply that
-finished partial (its text, not its image) says so; the Markdown says it in words. Both are
+finished partial (its text, not its image) says so, and every version of a regenerated reply
+(the one on screen first); the Markdown gives the versions on screen and says in words what
+did not finish. Both are
 built from the saved rows, so a reply still streaming is exported as far as it was saved.
 """
 
@@ -14,7 +16,7 @@ from django.db.models import Prefetch
 from chat.models import Conversation, Message, Part
 from chat.states import message_status
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a reply's versions
 
 
 def moment(value) -> str | None:
@@ -40,7 +42,7 @@ def part_record(part: Part) -> dict:
 
 
 def message_record(message: Message) -> dict:
-    parts = list(message.parts.all())
+    """A user message, or a reply with the version on screen and every version it has had."""
     record = {
         "position": message.position,
         "role": message.role,
@@ -48,15 +50,28 @@ def message_record(message: Message) -> dict:
     }
     if message.role == Message.Role.USER:
         return record | {"text": message.text, "wants_image": message.wants_image}
+    versions: dict[int, list[Part]] = {}
+    for part in message.parts.all():
+        versions.setdefault(part.version, []).append(part)
+    shown = message.shown_parts()
     return record | {
-        "status": message_status([part.state for part in parts]),
+        "status": message_status([part.state for part in shown]),
         "history_truncated": message.history_truncated,
-        "parts": [part_record(part) for part in parts],
+        "version": message.shown_version,
+        "parts": [part_record(part) for part in shown],
+        "versions": [
+            {
+                "version": version,
+                "status": message_status([part.state for part in parts]),
+                "parts": [part_record(part) for part in parts],
+            }
+            for version, parts in sorted(versions.items())
+        ],
     }
 
 
 def messages_of(conversation: Conversation) -> list[Message]:
-    ordered_parts = Prefetch("parts", queryset=Part.objects.order_by("index"))
+    ordered_parts = Prefetch("parts", queryset=Part.objects.order_by("version", "index"))
     return list(conversation.messages.order_by("position").prefetch_related(ordered_parts))
 
 
@@ -109,9 +124,12 @@ def as_markdown(conversation: Conversation) -> str:
             asked = " (asked for an image)" if message.wants_image else ""
             blocks.append(f"## You{asked}\n\n{message.text}")
             continue
-        parts = list(message.parts.all())
+        parts = message.shown_parts()
         status = message_status([part.state for part in parts])
-        label = "" if status == Message.Status.COMPLETE else f" ({status.replace('_', ' ')})"
+        notes = [] if status == Message.Status.COMPLETE else [status.replace("_", " ")]
+        if message.version_count() > 1:
+            notes.append(f"version {message.shown_version} of {message.version_count()}")
+        label = f" ({', '.join(notes)})" if notes else ""
         body = [text for text in (part_markdown(part) for part in parts) if text]
         blocks.append(f"## Tandem{label}\n\n" + "\n\n".join(body))
     return "\n\n".join(blocks) + "\n"

@@ -19,7 +19,8 @@ class Prompt:
 
 
 def transcript(conversation_id: int, up_to_position: int) -> list[dict]:
-    """User messages and the saved text of assistant replies, oldest first."""
+    """User messages and the saved text of assistant replies (the versions on screen),
+    oldest first."""
     messages = (
         Message.objects.filter(conversation_id=conversation_id, position__lte=up_to_position)
         .prefetch_related("parts")
@@ -30,7 +31,7 @@ def transcript(conversation_id: int, up_to_position: int) -> list[dict]:
         if message.role == Message.Role.USER:
             turns.append({"role": "user", "content": message.text})
             continue
-        text = "".join(p.text for p in message.parts.all() if p.kind == Part.Kind.TEXT)
+        text = "".join(p.text for p in message.shown_parts() if p.kind == Part.Kind.TEXT)
         if text:
             turns.append({"role": "assistant", "content": text})
     return turns

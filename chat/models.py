@@ -106,6 +106,10 @@ class Message(models.Model):
     history_truncated = models.BooleanField(
         default=False, help_text="Older turns were left out of the prompt to fit the context."
     )
+    shown_version = models.PositiveIntegerField(
+        default=1,
+        help_text="The version of this reply on screen, and in the model's history.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -117,9 +121,18 @@ class Message(models.Model):
     def __str__(self) -> str:
         return f"{self.role} #{self.position} of {self.conversation_id}"
 
+    def shown_parts(self) -> list[Part]:
+        """The parts of the version on screen, in order (from `parts` as prefetched)."""
+        shown = [part for part in self.parts.all() if part.version == self.shown_version]
+        return sorted(shown, key=lambda part: part.index)
+
+    def version_count(self) -> int:
+        return max((part.version for part in self.parts.all()), default=1)
+
 
 class Part(models.Model):
-    """One ordered piece of an assistant reply: its text (index 0) or its image (index 1)."""
+    """One ordered piece of one version of an assistant reply: its text (index 0) or its
+    image (index 1). Regenerating a reply lays out a new version's parts; the old ones stay."""
 
     class Kind(models.TextChoices):
         TEXT = "text"
@@ -135,6 +148,7 @@ class Part(models.Model):
         INTERRUPTED = "interrupted"
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="parts")
+    version = models.PositiveIntegerField(default=1)
     index = models.PositiveSmallIntegerField()
     kind = models.CharField(max_length=8, choices=Kind.choices)
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
@@ -159,8 +173,10 @@ class Part(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["message", "index"]
-        constraints = [models.UniqueConstraint(fields=["message", "index"], name="part_index")]
+        ordering = ["message", "version", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "version", "index"], name="part_index")
+        ]
         indexes = [models.Index(fields=["kind", "state"])]
         # The admin's actions on parts; each goes through the same service as the chat UI.
         permissions = [

@@ -23,6 +23,8 @@ urlpatterns = [
     ),
     path("m/<int:message_id>/stop", views.message_stop, name="message-stop"),
     path("m/<int:message_id>/events", sse.events, name="message-events"),
+    path("m/<int:message_id>/regenerate", views.message_regenerate, name="message-regenerate"),
+    path("m/<int:message_id>/version", views.message_version, name="message-version"),
     path("parts/<int:part_id>/retry", views.image_retry, name="image-retry"),
     path("media/<path:name>", views.part_image, name="part-image"),
 ]

@@ -195,6 +195,38 @@ def message_stop(request: HttpRequest, message_id: int) -> HttpResponse:
     return JsonResponse({"ok": True}, status=202)
 
 
+def assistant_message(request: HttpRequest, message_id: int) -> Message:
+    return get_object_or_404(
+        Message, pk=message_id, conversation__owner=request.user, role=Message.Role.ASSISTANT
+    )
+
+
+@login_required
+@require_POST
+def message_regenerate(request: HttpRequest, message_id: int) -> HttpResponse:
+    """A new version of a finished reply: 202 with the reply as it now stands."""
+    try:
+        message = services.reply_regenerate(request.user, assistant_message(request, message_id))
+    except services.TurnRefused as error:
+        return refused(error)
+    return JsonResponse({"message": message_payload(message)}, status=202)
+
+
+@login_required
+@require_POST
+def message_version(request: HttpRequest, message_id: int) -> HttpResponse:
+    """POST JSON {"version": n}: show that version of the reply (and use it in the history)."""
+    message = assistant_message(request, message_id)
+    body = json_body(request)
+    if body is None or type(body.get("version")) is not int:
+        return JsonResponse({"error": 'Send {"version": 2}.'}, status=400)
+    try:
+        message = services.reply_show_version(message, body["version"])
+    except services.TurnRefused as error:
+        return refused(error)
+    return JsonResponse({"message": message_payload(message)})
+
+
 @login_required
 @require_POST
 def image_retry(request: HttpRequest, part_id: int) -> HttpResponse:

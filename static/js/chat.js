@@ -19,6 +19,8 @@
   var withId = function (template, id) { return template.replace("/0/", "/" + id + "/"); };
   var stopUrl = function (id) { return withId(root.dataset.stopUrl, id); };
   var retryUrl = function (id) { return withId(root.dataset.retryUrl, id); };
+  var regenerateUrl = function (id) { return withId(root.dataset.regenerateUrl, id); };
+  var versionUrl = function (id) { return withId(root.dataset.versionUrl, id); };
   var list = document.getElementById("messages");
   var emptyState = document.getElementById("empty-state");
   var composer = document.getElementById("composer");
@@ -221,12 +223,35 @@
         : has("interrupted") ? el("span", { className: "badge badge-failed", text: "interrupted" })
           : el("span", { className: "badge badge-stopped", text: "stopped" }));
     }
+    if ((data.versions || 1) > 1) { head.appendChild(versionNav(data)); }
     if (data.status === "in_progress") {
       var stop = el("button", { type: "button", className: "stop", text: "Stop" });
       stop.addEventListener("click", function () { stopMessage(data.id, stop); });
       head.appendChild(stop);
+    } else if (data.status) {
+      var again = el("button", { type: "button", className: "regenerate", text: "Regenerate" });
+      again.addEventListener("click", function () { regenerate(data.id, again); });
+      head.appendChild(again);
     }
     return head;
+  }
+
+  function versionNav(data) {
+    // "‹ 2 / 3 ›": the versions of a regenerated reply; the one shown is the model's history.
+    var busy = data.status === "in_progress";
+    var step = function (label, words, to) {
+      var button = el("button", {
+        type: "button", className: "version-step", text: label, "aria-label": words,
+        disabled: busy || to < 1 || to > data.versions ? "" : null,
+      });
+      button.addEventListener("click", function () { showVersion(data.id, to, button); });
+      return button;
+    };
+    return el("span", { className: "versions", role: "group", "aria-label": "Versions of this reply" }, [
+      step("‹", "Previous version", data.version - 1),
+      el("span", { className: "version-label", text: data.version + " / " + data.versions }),
+      step("›", "Next version", data.version + 1),
+    ]);
   }
 
   function drawMessage(data) {
@@ -350,6 +375,8 @@
   function onPartState(event) {
     var incoming = event.part;
     if (deferIfUnknown(incoming.message_id, event)) { return; }
+    var owner = messages.get(incoming.message_id).data;
+    if (owner.version !== undefined && incoming.version !== owner.version) { return; } // not shown
     var part = parts.get(incoming.id);
     if (!part) {
       part = incoming;
@@ -362,6 +389,12 @@
       if (incoming.seq >= part.seq) { part.text = incoming.text; part.seq = incoming.seq; }
     }
     keepingScroll(function () { redrawPart(part); });
+  }
+
+  function onMessageUpdate(event) {
+    // Another version of a reply is shown (regenerated, or browsed here or in another tab).
+    if (deferIfUnknown(event.message.id, event)) { return; }
+    keepingScroll(function () { setMessage(event.message); });
   }
 
   function onMessageState(event) {
@@ -377,6 +410,7 @@
       case "part.delta": onDelta(event); break;
       case "part.state": onPartState(event); break;
       case "message.state": onMessageState(event); break;
+      case "message.update": onMessageUpdate(event); break;
       case "conversation.state":
         showTitle(event.conversation.title);
         showSettings(event.conversation.settings);
@@ -752,6 +786,37 @@
         button.textContent = "Stop";
       }
     }, function () { button.disabled = false; button.textContent = "Stop"; });
+  }
+
+  function regenerate(messageId, button) {
+    button.disabled = true;
+    button.textContent = "Regenerating…";
+    post(regenerateUrl(messageId)).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (body) {
+        if (response.status === 202) {
+          keepingScroll(function () { setMessage(body.message); });
+          return;
+        }
+        button.disabled = false;
+        button.textContent = "Regenerate";
+        showNotice(response.status === 409 ? "error" : "busy", errorText(response, body, "The reply was not regenerated"));
+      });
+    }, function () {
+      button.disabled = false;
+      button.textContent = "Regenerate";
+      showNotice("error", "Could not reach the server; the reply was not regenerated.");
+    });
+  }
+
+  function showVersion(messageId, version, button) {
+    button.disabled = true;
+    post(versionUrl(messageId), { version: version }).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (body) {
+        if (response.status === 200) { keepingScroll(function () { setMessage(body.message); }); return; }
+        button.disabled = false;
+        showNotice("error", errorText(response, body, "That version could not be shown"));
+      });
+    }, function () { button.disabled = false; });
   }
 
   function retryImage(partId, button) {

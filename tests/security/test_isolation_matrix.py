@@ -60,6 +60,8 @@ def http_cells(objects: dict) -> list[tuple[str, str, str, dict | None]]:
         ("http", "POST", f"/parts/{objects['image'].pk}/retry", None),
         ("http", "GET", f"/media/{objects['image'].image.name}", None),
         ("http", "POST", f"/c/{conversation}/rename", {"title": "taken"}),
+        ("http", "POST", f"/c/{conversation}/settings", {"temperature": 1}),
+        ("http", "POST", f"/m/{reply}/version", {"version": 1}),
         ("http", "GET", f"/c/{conversation}/export.md", None),
         ("http", "GET", f"/c/{conversation}/export.json", None),
         ("sse", "GET", f"/m/{reply}/events", None),
