@@ -203,7 +203,7 @@ class PartAdmin(PartActions, DerivedColumns, ReadOnlyAdmin):
     fieldsets = [
         (None, {"fields": ["owner", "conversation_link", "message_link", "index", "kind"]}),
         ("state", {"fields": ["state", "status", "attempt", "error", "finish_reason"]}),
-        ("content", {"fields": ["text", "seq", "image", "progress"]}),
+        ("content", {"fields": ["text", "seq", "image", "previous_image", "progress"]}),
         ("where it runs", {"fields": ["engine_request_id", "task_id", "stream_owner"]}),
         ("timings and tokens", {"fields": TIMING_FIELDS}),
     ]

@@ -149,7 +149,7 @@ def conversation_delete(conversation: Conversation) -> int:
 def remove(conversation_id: int) -> None:
     """The rows, then their image files and live tails; then the open pages are told."""
     parts = Part.objects.filter(message__conversation_id=conversation_id)
-    files = list(parts.exclude(image="").values_list("image", flat=True))
+    files = [name for pair in parts.values_list("image", "previous_image") for name in pair if name]
     text_parts = list(parts.filter(kind=Part.Kind.TEXT).values_list("pk", flat=True))
     Conversation.objects.filter(pk=conversation_id).delete()
     storage = Part._meta.get_field("image").storage

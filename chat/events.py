@@ -42,6 +42,7 @@ def part_payload(part: Part) -> dict:
         "error": part.error,
         "attempt": part.attempt,
         "image_url": part.image.url if part.image else None,
+        "previous_image_url": part.previous_image.url if part.previous_image else None,
         "finish_reason": part.finish_reason,
     }
 

@@ -30,6 +30,7 @@ def part_record(part: Part) -> dict:
         "state": part.state,
         "text": part.text if part.kind == Part.Kind.TEXT else None,
         "image_url": part.image.url if part.image else None,
+        "previous_image_url": part.previous_image.url if part.previous_image else None,
         "error": part.error,
         "attempt": part.attempt,
         "finish_reason": part.finish_reason,

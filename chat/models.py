@@ -155,6 +155,11 @@ class Part(models.Model):
     text = models.TextField(blank=True)
     seq = models.PositiveIntegerField(default=0, help_text="Text deltas saved so far.")
     image = models.FileField(upload_to="images/%Y/%m/", blank=True)
+    previous_image = models.FileField(
+        upload_to="images/%Y/%m/",
+        blank=True,
+        help_text='The picture shown while a new one is drawn ("New image"); kept if it fails.',
+    )
     progress = models.FloatField(default=0.0)
     error = models.TextField(blank=True)
     attempt = models.PositiveIntegerField(default=1)

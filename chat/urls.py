@@ -26,5 +26,6 @@ urlpatterns = [
     path("m/<int:message_id>/regenerate", views.message_regenerate, name="message-regenerate"),
     path("m/<int:message_id>/version", views.message_version, name="message-version"),
     path("parts/<int:part_id>/retry", views.image_retry, name="image-retry"),
+    path("parts/<int:part_id>/new-image", views.image_new, name="image-new"),
     path("media/<path:name>", views.part_image, name="part-image"),
 ]

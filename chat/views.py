@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from django.contrib.auth.decorators import login_required
+from django.db.models import Q
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -15,6 +16,7 @@ from chat import conversations, export, services
 from chat.models import Conversation, Message, Part
 from chat.search import conversation_search
 from chat.snapshot import conversation_snapshot, message_payload
+from media.services import image_redraw
 from media.services import image_retry as retry
 
 
@@ -241,12 +243,27 @@ def image_retry(request: HttpRequest, part_id: int) -> HttpResponse:
 
 
 @login_required
+@require_POST
+def image_new(request: HttpRequest, part_id: int) -> HttpResponse:
+    """ "New image" on a finished picture: a new attempt, the old picture shown until it is done."""
+    part = get_object_or_404(
+        Part, pk=part_id, kind=Part.Kind.IMAGE, message__conversation__owner=request.user
+    )
+    if image_redraw(part) is None:
+        return JsonResponse({"error": "Only a finished picture can be drawn again."}, status=409)
+    return JsonResponse({"ok": True}, status=202)
+
+
+@login_required
 @require_GET
 def part_image(request: HttpRequest, name: str) -> HttpResponse:
     """A generated image, only for the owner of its conversation (MEDIA_URL is not public)."""
     part = get_object_or_404(
-        Part, kind=Part.Kind.IMAGE, image=name, message__conversation__owner=request.user
+        Part.objects.filter(Q(image=name) | Q(previous_image=name)),
+        kind=Part.Kind.IMAGE,
+        message__conversation__owner=request.user,
     )
-    response = FileResponse(part.image.open("rb"), content_type="image/png")
+    picture = part.image if part.image.name == name else part.previous_image
+    response = FileResponse(picture.open("rb"), content_type="image/png")
     response["Cache-Control"] = "private, max-age=86400"
     return response

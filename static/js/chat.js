@@ -19,6 +19,7 @@
   var withId = function (template, id) { return template.replace("/0/", "/" + id + "/"); };
   var stopUrl = function (id) { return withId(root.dataset.stopUrl, id); };
   var retryUrl = function (id) { return withId(root.dataset.retryUrl, id); };
+  var newImageUrl = function (id) { return withId(root.dataset.newImageUrl, id); };
   var regenerateUrl = function (id) { return withId(root.dataset.regenerateUrl, id); };
   var versionUrl = function (id) { return withId(root.dataset.versionUrl, id); };
   var list = document.getElementById("messages");
@@ -158,10 +159,29 @@
       "data-attempt": part.attempt,
     });
     if (part.state === "succeeded" && safeImageUrl(part.image_url)) {
-      var img = el("img", { alt: "The generated image", loading: "lazy" });
-      img.src = part.image_url;
-      node.appendChild(el("figure", { className: "image-frame" }, [
-        el("a", { href: part.image_url, target: "_blank", rel: "noopener noreferrer" }, [img]),
+      node.appendChild(picture(part.image_url, "The generated image"));
+      var again = el("button", { type: "button", className: "new-image", text: "New image" });
+      again.addEventListener("click", function () { newImage(part.id, again); });
+      node.appendChild(el("div", { className: "image-actions" }, [
+        again,
+        part.attempt > 1 ? el("span", { className: "muted small", text: "attempt " + part.attempt }) : null,
+      ]));
+      return node;
+    }
+    // "New image": the old picture stays on screen while the new one is drawn, and if it fails.
+    var previous = safeImageUrl(part.previous_image_url) ? part.previous_image_url : null;
+    if (previous) {
+      node.dataset.previous = "true";
+      node.appendChild(picture(previous, "The previous image"));
+    }
+    if (previous && (part.state === "queued" || part.state === "running")) {
+      var done = Math.round((part.progress || 0) * 100);
+      node.appendChild(el("div", { className: "redraw-status" }, [
+        el("p", {
+          className: "part-status is-" + part.state,
+          text: part.state === "queued" ? "New image waiting for a worker…" : "Drawing a new image… " + done + "%",
+        }),
+        progressBar(part.progress, "New image progress"),
       ]));
       return node;
     }
@@ -180,8 +200,8 @@
     }
     // failed, cancelled, interrupted: a card with the reason and a retry button.
     var title = {
-      failed: "The image failed",
-      cancelled: "The image was stopped",
+      failed: previous ? "The new image failed" : "The image failed",
+      cancelled: previous ? "The new image was stopped" : "The image was stopped",
       interrupted: "The image was interrupted",
     }[part.state] || "No image";
     var reason = part.error || (part.state === "cancelled" ? "You stopped it before it finished." : "");
@@ -197,6 +217,14 @@
       el("p", { className: "failure-notice", role: "status", hidden: "" }),
     ]));
     return node;
+  }
+
+  function picture(url, words) {
+    var img = el("img", { alt: words, loading: "lazy" });
+    img.src = url;
+    return el("figure", { className: "image-frame" }, [
+      el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, [img]),
+    ]);
   }
 
   function drawPart(part) {
@@ -383,7 +411,7 @@
       parts.set(part.id, part);
       messages.get(part.message_id).data.parts.push(part);
     } else {
-      ["state", "progress", "error", "attempt", "image_url", "finish_reason"].forEach(function (key) {
+      ["state", "progress", "error", "attempt", "image_url", "previous_image_url", "finish_reason"].forEach(function (key) {
         part[key] = incoming[key];
       });
       if (incoming.seq >= part.seq) { part.text = incoming.text; part.seq = incoming.seq; }
@@ -817,6 +845,23 @@
         showNotice("error", errorText(response, body, "That version could not be shown"));
       });
     }, function () { button.disabled = false; });
+  }
+
+  function newImage(partId, button) {
+    button.disabled = true;
+    button.textContent = "Starting…";
+    post(newImageUrl(partId)).then(function (response) {
+      if (response.status === 202) { return; } // the new attempt arrives over the socket
+      return response.json().catch(function () { return null; }).then(function (body) {
+        button.disabled = false;
+        button.textContent = "New image";
+        showNotice("error", errorText(response, body, "A new image could not be started"));
+      });
+    }, function () {
+      button.disabled = false;
+      button.textContent = "New image";
+      showNotice("error", "Could not reach the server.");
+    });
   }
 
   function retryImage(partId, button) {
