@@ -20,6 +20,7 @@ from django.utils.text import Truncator
 
 from chat.admin_actions import PartActions
 from chat.admin_queries import message_status, stuck_parts, with_timings
+from chat.conversations import conversation_delete
 from chat.models import Conversation, Message, Part
 
 
@@ -202,7 +203,7 @@ class PartAdmin(PartActions, DerivedColumns, ReadOnlyAdmin):
     fieldsets = [
         (None, {"fields": ["owner", "conversation_link", "message_link", "index", "kind"]}),
         ("state", {"fields": ["state", "status", "attempt", "error", "finish_reason"]}),
-        ("content", {"fields": ["text", "seq", "image", "progress"]}),
+        ("content", {"fields": ["text", "seq", "image", "previous_image", "progress"]}),
         ("where it runs", {"fields": ["engine_request_id", "task_id", "stream_owner"]}),
         ("timings and tokens", {"fields": TIMING_FIELDS}),
     ]
@@ -317,7 +318,7 @@ class MessageAdmin(PartActions, DerivedColumns, ReadOnlyAdmin):
 
     @admin.display(description="parts")
     def parts_summary(self, message: Message) -> str:
-        return ", ".join(f"{part.kind} {part.state}" for part in message.parts.all())
+        return ", ".join(f"{part.kind} {part.state}" for part in message.shown_parts())
 
 
 class MessageInline(ReadOnlyInline):
@@ -340,17 +341,64 @@ class MessageInline(ReadOnlyInline):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(ReadOnlyAdmin):
-    list_display = ["id", "title", "owner", "message_count", "created_at", "updated_at"]
+class ConversationAdmin(NoHandEdits, admin.ModelAdmin):
+    """Conversations, read-only, and deleted only through `conversation_delete`.
+
+    Django's delete button and its "delete selected" action both end in `delete_model` /
+    `delete_queryset`, which call the service: replies in progress are stopped, the image
+    files removed and open pages told, as when the owner deletes it.
+    """
+
+    list_display = [
+        "id",
+        "title",
+        "owner",
+        "message_count",
+        "temperature",
+        "top_p",
+        "max_new_tokens",
+        "created_at",
+        "updated_at",
+    ]
     list_filter = [("created_at", admin.DateFieldListFilter)]
     search_fields = ["title", "owner__username"]
     list_select_related = ["owner"]
     show_full_result_count = False
     inlines = [MessageInline]
-    fields = ["title", "owner", "created_at", "updated_at"]
+    fieldsets = [
+        (None, {"fields": ["title", "owner", "created_at", "updated_at"]}),
+        (
+            "settings",
+            {
+                "fields": [
+                    "system_prompt",
+                    "temperature",
+                    "top_p",
+                    "max_new_tokens",
+                    "image_by_default",
+                ]
+            },
+        ),
+    ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
         return super().get_queryset(request).annotate(messages_total=Count("messages"))
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return request.user.has_perm("chat.delete_conversation")
+
+    def delete_model(self, request: HttpRequest, obj: Conversation) -> None:
+        conversation_delete(obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
+        for conversation in queryset:
+            conversation_delete(conversation)
+
+    def get_deleted_objects(self, objs, request: HttpRequest):
+        """The confirmation lists the messages and parts that go too; deleting them needs no
+        permission of their own (their admins are read-only): they go with the conversation."""
+        deleted, counts, _, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
 
     @admin.display(description="messages", ordering="messages_total")
     def message_count(self, conversation: Conversation) -> int:

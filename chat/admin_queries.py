@@ -39,7 +39,7 @@ def message_status(message_ref: str) -> Subquery:
     complete when all succeeded, partial when some did, failed when none did.
     """
     statuses = (
-        Part.objects.filter(message_id=OuterRef(message_ref))
+        Part.objects.filter(message_id=OuterRef(message_ref), version=F("message__shown_version"))
         .order_by()
         .values("message_id")
         .alias(

@@ -91,4 +91,9 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         if self.resume.admit(event):
             await self.send_event(event)
 
-    part_delta = part_state = message_state = live_event
+    part_delta = part_state = message_state = message_update = conversation_state = live_event
+
+    async def conversation_deleted(self, event: dict) -> None:
+        """The conversation is gone: say so, then close as for any conversation not found."""
+        await self.send_event(event)
+        await self.close(code=NOT_FOUND)

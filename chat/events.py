@@ -2,7 +2,9 @@
 
 Every web process and Celery worker can reach every browser this way. Three event types:
 `part.delta` (a text piece and its per-part sequence number), `part.state` (state, progress,
-error, image URL, text for final states) and `message.state` (the derived status).
+error, image URL, text for final states) and `message.state` (the derived status); the
+conversation's own events (`conversation.state`, `conversation.deleted`) are built in
+`chat/conversations.py`, above this layer.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def part_payload(part: Part) -> dict:
     return {
         "id": part.pk,
         "message_id": part.message_id,
+        "version": part.version,
         "index": part.index,
         "kind": part.kind,
         "state": part.state,
@@ -39,6 +42,7 @@ def part_payload(part: Part) -> dict:
         "error": part.error,
         "attempt": part.attempt,
         "image_url": part.image.url if part.image else None,
+        "previous_image_url": part.previous_image.url if part.previous_image else None,
         "finish_reason": part.finish_reason,
     }
 

@@ -1,4 +1,5 @@
-"""The prompt of a turn: the conversation so far, through the model's chat template.
+"""The prompt of a turn: the conversation's system prompt and the conversation so far, through
+the model's chat template.
 
 When the whole history does not fit the context window (less room for the reply), the
 oldest turns are dropped, whole, until it does; the caller records that it happened.
@@ -10,8 +11,6 @@ from dataclasses import dataclass
 
 from chat.models import Message, Part
 
-SYSTEM = "You are Tandem, a helpful assistant. Answer clearly and concisely."
-
 
 @dataclass(frozen=True)
 class Prompt:
@@ -20,7 +19,8 @@ class Prompt:
 
 
 def transcript(conversation_id: int, up_to_position: int) -> list[dict]:
-    """User messages and the saved text of assistant replies, oldest first."""
+    """User messages and the saved text of assistant replies (the versions on screen),
+    oldest first."""
     messages = (
         Message.objects.filter(conversation_id=conversation_id, position__lte=up_to_position)
         .prefetch_related("parts")
@@ -31,7 +31,7 @@ def transcript(conversation_id: int, up_to_position: int) -> list[dict]:
         if message.role == Message.Role.USER:
             turns.append({"role": "user", "content": message.text})
             continue
-        text = "".join(p.text for p in message.parts.all() if p.kind == Part.Kind.TEXT)
+        text = "".join(p.text for p in message.shown_parts() if p.kind == Part.Kind.TEXT)
         if text:
             turns.append({"role": "assistant", "content": text})
     return turns
@@ -45,13 +45,18 @@ def user_words(reply: Message) -> str:
     return asked.text if asked else ""
 
 
-def build(tokenizer, conversation_id: int, up_to_position: int, budget: int) -> Prompt:
-    """Prompt ids within `budget` tokens, dropping the oldest turns first (never the last)."""
+def build(
+    tokenizer, conversation_id: int, up_to_position: int, budget: int, system_prompt: str
+) -> Prompt:
+    """Prompt ids within `budget` tokens, dropping the oldest turns first (never the last).
+
+    `system_prompt` (the conversation's own; empty sends none) always stays.
+    """
     # Imported here: it loads transformers, which Celery workers (they read user_words) never need.
     from inference.provisioning.prompting import chat_prompt_ids
 
     turns = transcript(conversation_id, up_to_position)
-    system = [{"role": "system", "content": SYSTEM}]
+    system = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
     dropped = 0
     while True:
         ids = chat_prompt_ids(tokenizer, system + turns[dropped:])

@@ -7,16 +7,63 @@ the browser; a Message's status is derived from its parts, never stored.
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
 from django.db import models
+
+# A reply's length is capped below the context window (2,048 tokens for SmolLM2), so the
+# conversation so far always keeps room in the prompt.
+MAX_NEW_TOKENS_CAP = 1024
+SYSTEM_PROMPT_CHARS = 2000
+# Each setting of a conversation and the Django setting that is its default.
+SETTING_DEFAULTS = {
+    "system_prompt": "TANDEM_CHAT_SYSTEM_PROMPT",
+    "temperature": "TANDEM_CHAT_TEMPERATURE",
+    "top_p": "TANDEM_CHAT_TOP_P",
+    "max_new_tokens": "TANDEM_CHAT_MAX_NEW_TOKENS",
+    "image_by_default": "TANDEM_CHAT_IMAGE_BY_DEFAULT",
+}
 
 
 class Conversation(models.Model):
-    """One chat thread, owned by one user."""
+    """One chat thread, owned by one user, with its own settings for the replies.
+
+    A setting left empty (null) follows its default in the Django settings (TANDEM_CHAT_*),
+    read when each reply starts; the owner sets them through
+    `chat.conversations.conversation_settings_update`, checked by these fields' validators.
+    """
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
     )
     title = models.CharField(max_length=200, blank=True)
+    system_prompt = models.TextField(
+        null=True,
+        blank=True,
+        validators=[MaxLengthValidator(SYSTEM_PROMPT_CHARS)],
+        help_text="Sent first in every prompt; empty: the default (TANDEM_CHAT_SYSTEM_PROMPT).",
+    )
+    temperature = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0), MaxValueValidator(2.0)],
+        help_text="0 is greedy (always the likeliest token); empty: TANDEM_CHAT_TEMPERATURE.",
+    )
+    top_p = models.FloatField(
+        "top-p",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.05), MaxValueValidator(1.0)],
+        help_text="Sample from the likeliest tokens holding this much probability.",
+    )
+    max_new_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_NEW_TOKENS_CAP)],
+        help_text="The longest reply, in tokens; empty: TANDEM_CHAT_MAX_NEW_TOKENS.",
+    )
+    image_by_default = models.BooleanField(
+        null=True, blank=True, help_text="The composer's Image switch starts on."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -26,6 +73,14 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
+
+    def effective_settings(self) -> dict:
+        """Each setting as the next reply uses it: this conversation's own, else the default."""
+        effective = {}
+        for name, setting in SETTING_DEFAULTS.items():
+            value = getattr(self, name)
+            effective[name] = getattr(settings, setting) if value in (None, "") else value
+        return effective
 
 
 class Message(models.Model):
@@ -51,6 +106,10 @@ class Message(models.Model):
     history_truncated = models.BooleanField(
         default=False, help_text="Older turns were left out of the prompt to fit the context."
     )
+    shown_version = models.PositiveIntegerField(
+        default=1,
+        help_text="The version of this reply on screen, and in the model's history.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -62,9 +121,18 @@ class Message(models.Model):
     def __str__(self) -> str:
         return f"{self.role} #{self.position} of {self.conversation_id}"
 
+    def shown_parts(self) -> list[Part]:
+        """The parts of the version on screen, in order (from `parts` as prefetched)."""
+        shown = [part for part in self.parts.all() if part.version == self.shown_version]
+        return sorted(shown, key=lambda part: part.index)
+
+    def version_count(self) -> int:
+        return max((part.version for part in self.parts.all()), default=1)
+
 
 class Part(models.Model):
-    """One ordered piece of an assistant reply: its text (index 0) or its image (index 1)."""
+    """One ordered piece of one version of an assistant reply: its text (index 0) or its
+    image (index 1). Regenerating a reply lays out a new version's parts; the old ones stay."""
 
     class Kind(models.TextChoices):
         TEXT = "text"
@@ -80,12 +148,18 @@ class Part(models.Model):
         INTERRUPTED = "interrupted"
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="parts")
+    version = models.PositiveIntegerField(default=1)
     index = models.PositiveSmallIntegerField()
     kind = models.CharField(max_length=8, choices=Kind.choices)
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
     text = models.TextField(blank=True)
     seq = models.PositiveIntegerField(default=0, help_text="Text deltas saved so far.")
     image = models.FileField(upload_to="images/%Y/%m/", blank=True)
+    previous_image = models.FileField(
+        upload_to="images/%Y/%m/",
+        blank=True,
+        help_text='The picture shown while a new one is drawn ("New image"); kept if it fails.',
+    )
     progress = models.FloatField(default=0.0)
     error = models.TextField(blank=True)
     attempt = models.PositiveIntegerField(default=1)
@@ -104,8 +178,10 @@ class Part(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["message", "index"]
-        constraints = [models.UniqueConstraint(fields=["message", "index"], name="part_index")]
+        ordering = ["message", "version", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "version", "index"], name="part_index")
+        ]
         indexes = [models.Index(fields=["kind", "state"])]
         # The admin's actions on parts; each goes through the same service as the chat UI.
         permissions = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from chat import events, metrics
@@ -78,5 +79,8 @@ def announce(part: Part) -> None:
     """Tell the conversation's browsers a part's state and its message's status."""
     conversation_id = part.message.conversation_id
     events.send(conversation_id, events.part_state_event(part))
-    states = list(Part.objects.filter(message_id=part.message_id).values_list("state", flat=True))
+    shown = Part.objects.filter(
+        message_id=part.message_id, version=F("message__shown_version")
+    ).values_list("state", flat=True)
+    states = list(shown)
     events.send(conversation_id, events.message_state_event(part.message_id, states))

@@ -19,6 +19,8 @@ def event_message_id(event: dict) -> int | None:
     """The message a live event is about (None for events that are about none)."""
     if event["type"] == "part.state":
         return event["part"]["message_id"]
+    if event["type"] == "message.update":
+        return event["message"]["id"]
     return event.get("message_id")
 
 
@@ -43,9 +45,15 @@ class Resume:
                 return False
             self.seen[event["part_id"]] = event["seq"]
         elif event["type"] == "part.state":
-            part = event["part"]
-            self.seen[part["id"]] = max(self.seen.get(part["id"], 0), part["seq"])
+            self.show(event["part"])
+        elif event["type"] == "message.update":  # another version: all its parts, as saved
+            for part in event["message"]["parts"]:
+                self.show(part)
         return True
+
+    def show(self, part: dict) -> None:
+        """The client was given this part's text up to its seq."""
+        self.seen[part["id"]] = max(self.seen.get(part["id"], 0), part["seq"])
 
 
 def catch_up(part: dict, after_seq: int) -> tuple[list[dict], dict]:

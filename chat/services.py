@@ -15,9 +15,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from chat import heartbeat, history, live_text, metrics
+from chat import events, heartbeat, history, live_text, metrics
 from chat.models import Conversation, Message, Part
 from chat.parts import part_transition
+from chat.snapshot import message_payload
 from config.logging import bind as bind_log_ids
 from config.logging import bound as log_ids_scope
 from inference.provisioning.runtime import model_runtime
@@ -69,6 +70,11 @@ def check_turn(user, text: str, engine: Engine | None) -> None:
             f"That message is {len(text):,} characters; the limit is "
             f"{settings.TANDEM_MAX_MESSAGE_CHARS:,}.",
         )
+    check_capacity(user, engine)
+
+
+def check_capacity(user, engine: Engine | None) -> None:
+    """Refuse a new reply (a turn's or a regeneration's) the user or the engine has no room for."""
     if turns_in_flight(user) >= settings.TANDEM_MAX_TURNS_IN_FLIGHT:
         raise TurnRefused(
             429,
@@ -83,10 +89,20 @@ def check_turn(user, text: str, engine: Engine | None) -> None:
         raise TurnRefused(429, "The engine is busy right now; try again in a few seconds.", 5)
 
 
-def turn_create(user, conversation: Conversation, text: str, wants_image: bool) -> Message:
+def turn_create(
+    user,
+    conversation: Conversation | None,
+    text: str,
+    wants_image: bool,
+    new_settings: dict | None = None,
+) -> Message:
     """Write the user's message and the reply's ordered parts, then start both parts.
 
-    One transaction writes everything (text part at 0, image part at 1 when asked); only
+    With no `conversation`, the turn is a new conversation's first: the conversation is
+    created in the same transaction, after the checks, so a refused or never-sent first
+    message leaves no empty row behind; `new_settings` (validated by the caller, see
+    `chat.conversations.settings_form`) replace its defaults. One transaction writes
+    everything (text part at 0, image part at 1 when asked); only
     after it commits is the text submitted to the engine and the image task enqueued, so
     neither can race ahead of rows that do not exist yet. The reply comes back as the text's
     start left it (`history_truncated` set when old turns were dropped from the prompt).
@@ -96,7 +112,10 @@ def turn_create(user, conversation: Conversation, text: str, wants_image: bool) 
     check_turn(user, text, engine)  # the common refusals, before queueing for the admission lock
     with log_ids_scope(), ADMISSION, transaction.atomic():
         check_turn(user, text, engine)  # again: no other turn of this process is half-way now
-        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        if conversation is None:
+            conversation = Conversation.objects.create(owner=user, **(new_settings or {}))
+        else:
+            conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
         position = conversation.messages.count()
         Message.objects.create(
             conversation=conversation,
@@ -142,12 +161,19 @@ def text_start(engine: Engine, part: Part) -> None:
     from inference.engine import EngineError
 
     message = part.message
-    budget = engine.max_seq_len - settings.TANDEM_CHAT_MAX_NEW_TOKENS
-    prompt = history.build(engine.tokenizer, message.conversation_id, message.position, budget)
+    conversation = Conversation.objects.get(pk=message.conversation_id)
+    params = chat_sampling(conversation)
+    budget = engine.max_seq_len - params.max_new_tokens
+    prompt = history.build(
+        engine.tokenizer,
+        conversation.pk,
+        message.position,
+        budget,
+        conversation.effective_settings()["system_prompt"],
+    )
     if prompt.truncated:
         Message.objects.filter(pk=message.pk).update(history_truncated=True)
         message.history_truncated = True
-    params = chat_sampling()
     request_id = f"part-{part.pk}-{uuid.uuid4().hex[:8]}"
     started = part_transition(
         part.pk,
@@ -176,9 +202,82 @@ def text_start(engine: Engine, part: Part) -> None:
         )
 
 
+def reply_regenerate(user, message: Message) -> Message:
+    """A new version of a finished reply: its parts laid out again (text, and an image when
+    the turn asked for one) and started, the older versions kept.
+
+    The new version is shown at once (`message.update` carries the whole reply), and the
+    model's history for it is the conversation before it, as shown. Refused like a turn when
+    the user or the engine has no room, and with 409 while the shown version is unfinished.
+    """
+    engine = current_engine()
+    check_capacity(user, engine)
+    with log_ids_scope(), ADMISSION, transaction.atomic():
+        check_capacity(user, engine)
+        message = Message.objects.select_for_update().get(pk=message.pk)
+        refuse_while_unfinished(message)
+        bind_log_ids(message_id=message.pk)
+        version = message.version_count() + 1
+        now = timezone.now()
+        parts = [
+            Part.objects.create(
+                message=message, version=version, index=0, kind=Part.Kind.TEXT, queued_at=now
+            )
+        ]
+        if message.wants_image:
+            parts.append(
+                Part.objects.create(
+                    message=message, version=version, index=1, kind=Part.Kind.IMAGE, queued_at=now
+                )
+            )
+        message.shown_version = version
+        message.history_truncated = False
+        message.save(update_fields=["shown_version", "history_truncated"])
+        transaction.on_commit(lambda: announce_message(message))
+        transaction.on_commit(lambda: text_start(engine, parts[0]))
+        if message.wants_image:
+            transaction.on_commit(lambda: image_enqueue(parts[1]))
+    log.info(
+        "regenerate: reply %s version %s", message.pk, version, extra={"message_id": message.pk}
+    )
+    return message
+
+
+def reply_show_version(message: Message, version: int) -> Message:
+    """Show (and give the model's history) another version of a reply; 409 while the shown
+    one is unfinished, 404 for a version the reply never had."""
+    with transaction.atomic():
+        message = Message.objects.select_for_update().get(pk=message.pk)
+        if not message.parts.filter(version=version).exists():
+            raise TurnRefused(404, f"This reply has no version {version}.")
+        refuse_while_unfinished(message)
+        message.shown_version = version
+        message.save(update_fields=["shown_version"])
+        transaction.on_commit(lambda: announce_message(message))
+    return message
+
+
+def refuse_while_unfinished(message: Message) -> None:
+    unfinished = message.parts.filter(
+        version=message.shown_version,
+        state__in=[Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING],
+    )
+    if unfinished.exists():
+        raise TurnRefused(409, "This reply is still being made; stop it or wait for it.")
+
+
+def announce_message(message: Message) -> None:
+    """Tell the conversation's browsers the reply as it now stands (another version shown)."""
+    fresh = Message.objects.prefetch_related("parts").get(pk=message.pk)
+    events.send(
+        message.conversation_id, {"type": "message.update", "message": message_payload(fresh)}
+    )
+
+
 def text_stop(message: Message) -> bool:
-    """Stop the reply's text: cancel it in the engine (it ends `cancelled`, text kept)."""
-    part = message.parts.filter(kind=Part.Kind.TEXT).first()
+    """Stop the reply's text (the version on screen): cancel it in the engine (it ends
+    `cancelled`, text kept)."""
+    part = message.parts.filter(kind=Part.Kind.TEXT, version=message.shown_version).first()
     if part is None:
         return False
     if part.state == Part.State.QUEUED:

@@ -22,9 +22,11 @@ def part_with_tail(part: Part) -> dict:
 
 
 def message_payload(message: Message) -> dict:
-    parts = list(message.parts.all())
+    parts = message.shown_parts()
     return {
         "id": message.pk,
+        "version": message.shown_version,
+        "versions": message.version_count(),
         "role": message.role,
         "position": message.position,
         "text": message.text,

@@ -17,9 +17,11 @@ ALLOWED: dict[str, dict[str, frozenset[str]]] = {
         S.QUEUED: frozenset({S.RUNNING, S.FAILED, S.CANCELLED}),
         # running → running: a task redelivered after its worker died starts over.
         S.RUNNING: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
-        # retry: only a failed or cancelled image goes back to the queue.
+        # retry: a failed or cancelled image goes back to the queue; "New image": a succeeded
+        # one does too, its picture kept as `previous_image` until the new one succeeds.
         S.FAILED: frozenset({S.QUEUED}),
         S.CANCELLED: frozenset({S.QUEUED}),
+        S.SUCCEEDED: frozenset({S.QUEUED}),
     },
 }
 

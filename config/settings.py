@@ -301,11 +301,22 @@ TANDEM_MAX_WAITING = env_int("TANDEM_MAX_WAITING", 256)
 TANDEM_MAX_STEP_TOKENS = env_int("TANDEM_MAX_STEP_TOKENS", 512)
 TANDEM_MAX_SEQ_LEN = env_int("TANDEM_MAX_SEQ_LEN", 2048)
 TANDEM_DEFAULT_MAX_NEW_TOKENS = env_int("TANDEM_DEFAULT_MAX_NEW_TOKENS", 256)
-# The chat: reply length and temperature, input size, and replies in progress per user.
+# The chat: a new conversation's settings (each conversation may change its own), the
+# repetition penalty of every reply, input size, and replies in progress per user. The
+# sampling defaults were chosen by measuring repetition (docs/chat.md, bench/repetition.py).
+TANDEM_CHAT_SYSTEM_PROMPT = env_str(
+    "TANDEM_CHAT_SYSTEM_PROMPT",
+    "You are Tandem, a helpful assistant. Answer clearly and concisely.",
+)
 TANDEM_CHAT_MAX_NEW_TOKENS = env_int("TANDEM_CHAT_MAX_NEW_TOKENS", 384)
 TANDEM_CHAT_TEMPERATURE = env_float("TANDEM_CHAT_TEMPERATURE", 0.3)
+TANDEM_CHAT_TOP_P = env_float("TANDEM_CHAT_TOP_P", 0.9)
+TANDEM_CHAT_REPETITION_PENALTY = env_float("TANDEM_CHAT_REPETITION_PENALTY", 1.15)
+TANDEM_CHAT_IMAGE_BY_DEFAULT = env_bool("TANDEM_CHAT_IMAGE_BY_DEFAULT", False)
 TANDEM_MAX_MESSAGE_CHARS = env_int("TANDEM_MAX_MESSAGE_CHARS", 8000)
 TANDEM_MAX_TURNS_IN_FLIGHT = env_int("TANDEM_MAX_TURNS_IN_FLIGHT", 3)
+# PostgreSQL's text search configuration for the conversation search (its stemming language).
+TANDEM_SEARCH_CONFIG = env_str("TANDEM_SEARCH_CONFIG", "english")
 # A web process refreshes its heartbeat key every TTL/3 s; text parts of a process whose key
 # expired are marked interrupted by the sweeper.
 TANDEM_HEARTBEAT_TTL = env_int("TANDEM_HEARTBEAT_TTL", 30)

@@ -162,9 +162,15 @@ def finish(part: Part, png: bytes) -> None:
         field.generate_filename(part, f"part-{part.pk}-{secrets.token_hex(6)}.png"),
         ContentFile(png),
     )
+    previous = Part.objects.filter(pk=part.pk).values_list("previous_image", flat=True).first()
     try:
         done = part_transition(
-            part.pk, Part.State.SUCCEEDED, image=name, progress=1.0, finished_at=timezone.now()
+            part.pk,
+            Part.State.SUCCEEDED,
+            image=name,
+            previous_image="",
+            progress=1.0,
+            finished_at=timezone.now(),
         )
     except BaseException:  # a time limit or database error mid-save: keep no orphan file
         field.storage.delete(name)
@@ -172,6 +178,8 @@ def finish(part: Part, png: bytes) -> None:
     if done is None:
         field.storage.delete(name)
         log.info("image part %s was finished elsewhere; discarded this render", part.pk)
+    elif previous:  # a "New image" succeeded: the picture it replaced goes
+        field.storage.delete(previous)
 
 
 def fail(part_id: int, reason: str) -> None:

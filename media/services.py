@@ -113,12 +113,13 @@ def image_retry(part: Part) -> Part | None:
     if part.kind != Part.Kind.IMAGE:
         return None
     current = Part.objects.filter(pk=part.pk).first()
-    if current is None:
-        return None
+    if current is None or current.state not in (Part.State.FAILED, Part.State.CANCELLED):
+        return None  # a succeeded image goes back to the queue only by image_redraw
     old_image = current.image.name
     retried = part_transition(
         part.pk,
         Part.State.QUEUED,
+        expect=current.state,
         attempt=current.attempt + 1,
         error="",
         progress=0.0,
@@ -135,6 +136,39 @@ def image_retry(part: Part) -> Part | None:
         transaction.on_commit(lambda: retried.image.storage.delete(old_image))
     transaction.on_commit(lambda: image_enqueue(retried))
     return retried
+
+
+def image_redraw(part: Part) -> Part | None:
+    """ "New image" on a finished picture: a new attempt of the image part alone.
+
+    The picture moves to `previous_image`, which the page keeps showing while the new one is
+    drawn; the render's success replaces it (and deletes its file), a failure leaves it in
+    place with the failure and Retry beside it. Returns None unless the part is a succeeded
+    image.
+    """
+    if part.kind != Part.Kind.IMAGE:
+        return None
+    current = Part.objects.filter(pk=part.pk).first()
+    if current is None or current.state != Part.State.SUCCEEDED or not current.image:
+        return None
+    queued = part_transition(
+        part.pk,
+        Part.State.QUEUED,
+        expect=Part.State.SUCCEEDED,
+        previous_image=current.image.name,
+        image="",
+        attempt=current.attempt + 1,
+        error="",
+        progress=0.0,
+        task_id="",
+        queued_at=timezone.now(),
+        started_at=None,
+        finished_at=None,
+    )
+    if queued is None:
+        return None
+    transaction.on_commit(lambda: image_enqueue(queued))
+    return queued
 
 
 def image_cancel(part: Part) -> Part | None:

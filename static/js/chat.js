@@ -13,10 +13,15 @@
   var root = document.getElementById("chat");
   if (!root) { return; }
 
-  var conversationId = Number(root.dataset.conversationId);
+  // A new conversation has no id (and no row) until its first message is sent.
+  var conversationId = Number(root.dataset.conversationId) || null;
   var turnsUrl = root.dataset.turnsUrl;
-  var stopUrl = function (id) { return root.dataset.stopUrl.replace("/0/", "/" + id + "/"); };
-  var retryUrl = function (id) { return root.dataset.retryUrl.replace("/0/", "/" + id + "/"); };
+  var withId = function (template, id) { return template.replace("/0/", "/" + id + "/"); };
+  var stopUrl = function (id) { return withId(root.dataset.stopUrl, id); };
+  var retryUrl = function (id) { return withId(root.dataset.retryUrl, id); };
+  var newImageUrl = function (id) { return withId(root.dataset.newImageUrl, id); };
+  var regenerateUrl = function (id) { return withId(root.dataset.regenerateUrl, id); };
+  var versionUrl = function (id) { return withId(root.dataset.versionUrl, id); };
   var list = document.getElementById("messages");
   var emptyState = document.getElementById("empty-state");
   var composer = document.getElementById("composer");
@@ -154,10 +159,29 @@
       "data-attempt": part.attempt,
     });
     if (part.state === "succeeded" && safeImageUrl(part.image_url)) {
-      var img = el("img", { alt: "The generated image", loading: "lazy" });
-      img.src = part.image_url;
-      node.appendChild(el("figure", { className: "image-frame" }, [
-        el("a", { href: part.image_url, target: "_blank", rel: "noopener noreferrer" }, [img]),
+      node.appendChild(picture(part.image_url, "The generated image"));
+      var again = el("button", { type: "button", className: "new-image", text: "New image" });
+      again.addEventListener("click", function () { newImage(part.id, again); });
+      node.appendChild(el("div", { className: "image-actions" }, [
+        again,
+        part.attempt > 1 ? el("span", { className: "muted small", text: "attempt " + part.attempt }) : null,
+      ]));
+      return node;
+    }
+    // "New image": the old picture stays on screen while the new one is drawn, and if it fails.
+    var previous = safeImageUrl(part.previous_image_url) ? part.previous_image_url : null;
+    if (previous) {
+      node.dataset.previous = "true";
+      node.appendChild(picture(previous, "The previous image"));
+    }
+    if (previous && (part.state === "queued" || part.state === "running")) {
+      var done = Math.round((part.progress || 0) * 100);
+      node.appendChild(el("div", { className: "redraw-status" }, [
+        el("p", {
+          className: "part-status is-" + part.state,
+          text: part.state === "queued" ? "New image waiting for a worker…" : "Drawing a new image… " + done + "%",
+        }),
+        progressBar(part.progress, "New image progress"),
       ]));
       return node;
     }
@@ -176,8 +200,8 @@
     }
     // failed, cancelled, interrupted: a card with the reason and a retry button.
     var title = {
-      failed: "The image failed",
-      cancelled: "The image was stopped",
+      failed: previous ? "The new image failed" : "The image failed",
+      cancelled: previous ? "The new image was stopped" : "The image was stopped",
       interrupted: "The image was interrupted",
     }[part.state] || "No image";
     var reason = part.error || (part.state === "cancelled" ? "You stopped it before it finished." : "");
@@ -193,6 +217,14 @@
       el("p", { className: "failure-notice", role: "status", hidden: "" }),
     ]));
     return node;
+  }
+
+  function picture(url, words) {
+    var img = el("img", { alt: words, loading: "lazy" });
+    img.src = url;
+    return el("figure", { className: "image-frame" }, [
+      el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, [img]),
+    ]);
   }
 
   function drawPart(part) {
@@ -219,12 +251,35 @@
         : has("interrupted") ? el("span", { className: "badge badge-failed", text: "interrupted" })
           : el("span", { className: "badge badge-stopped", text: "stopped" }));
     }
+    if ((data.versions || 1) > 1) { head.appendChild(versionNav(data)); }
     if (data.status === "in_progress") {
       var stop = el("button", { type: "button", className: "stop", text: "Stop" });
       stop.addEventListener("click", function () { stopMessage(data.id, stop); });
       head.appendChild(stop);
+    } else if (data.status) {
+      var again = el("button", { type: "button", className: "regenerate", text: "Regenerate" });
+      again.addEventListener("click", function () { regenerate(data.id, again); });
+      head.appendChild(again);
     }
     return head;
+  }
+
+  function versionNav(data) {
+    // "‹ 2 / 3 ›": the versions of a regenerated reply; the one shown is the model's history.
+    var busy = data.status === "in_progress";
+    var step = function (label, words, to) {
+      var button = el("button", {
+        type: "button", className: "version-step", text: label, "aria-label": words,
+        disabled: busy || to < 1 || to > data.versions ? "" : null,
+      });
+      button.addEventListener("click", function () { showVersion(data.id, to, button); });
+      return button;
+    };
+    return el("span", { className: "versions", role: "group", "aria-label": "Versions of this reply" }, [
+      step("‹", "Previous version", data.version - 1),
+      el("span", { className: "version-label", text: data.version + " / " + data.versions }),
+      step("›", "Next version", data.version + 1),
+    ]);
   }
 
   function drawMessage(data) {
@@ -348,18 +403,26 @@
   function onPartState(event) {
     var incoming = event.part;
     if (deferIfUnknown(incoming.message_id, event)) { return; }
+    var owner = messages.get(incoming.message_id).data;
+    if (owner.version !== undefined && incoming.version !== owner.version) { return; } // not shown
     var part = parts.get(incoming.id);
     if (!part) {
       part = incoming;
       parts.set(part.id, part);
       messages.get(part.message_id).data.parts.push(part);
     } else {
-      ["state", "progress", "error", "attempt", "image_url", "finish_reason"].forEach(function (key) {
+      ["state", "progress", "error", "attempt", "image_url", "previous_image_url", "finish_reason"].forEach(function (key) {
         part[key] = incoming[key];
       });
       if (incoming.seq >= part.seq) { part.text = incoming.text; part.seq = incoming.seq; }
     }
     keepingScroll(function () { redrawPart(part); });
+  }
+
+  function onMessageUpdate(event) {
+    // Another version of a reply is shown (regenerated, or browsed here or in another tab).
+    if (deferIfUnknown(event.message.id, event)) { return; }
+    keepingScroll(function () { setMessage(event.message); });
   }
 
   function onMessageState(event) {
@@ -375,6 +438,12 @@
       case "part.delta": onDelta(event); break;
       case "part.state": onPartState(event); break;
       case "message.state": onMessageState(event); break;
+      case "message.update": onMessageUpdate(event); break;
+      case "conversation.state":
+        showTitle(event.conversation.title);
+        showSettings(event.conversation.settings);
+        break;
+      case "conversation.deleted": onDeleted(); break;
       default: break;
     }
   }
@@ -450,7 +519,7 @@
     }, Math.max(0, lastResync + 1000 - Date.now()));
   }
 
-  window.addEventListener("online", function () { if (!socket) { connect(); } });
+  window.addEventListener("online", function () { if (!socket && conversationId && !deleted) { connect(); } });
 
   // -------------------------------------------------------------- actions
 
@@ -487,17 +556,193 @@
     holdTimer = setInterval(tick, 250);
   }
 
-  function retitle(text) {
-    var link = document.querySelector('.conversation-list a[aria-current="page"]');
-    var title = document.getElementById("conversation-title");
-    if (link && link.dataset.untitled === "true") {
-      link.textContent = text.slice(0, 60);
-      link.dataset.untitled = "false";
+  // -------------------------------------------------------------- the conversation itself
+
+  var titleNode = document.getElementById("conversation-title");
+  var actions = document.getElementById("chat-actions");
+  var renameForm = document.getElementById("rename-form");
+  var renameInput = document.getElementById("rename-input");
+  var renameError = document.getElementById("rename-error");
+  var deleted = false;
+
+  function currentLink() {
+    return document.querySelector('.conversation-list a[aria-current="page"]');
+  }
+
+  function showTitle(title) {
+    titleNode.textContent = title;
+    titleNode.dataset.untitled = "false";
+    var link = currentLink();
+    if (link) { link.textContent = title; link.dataset.untitled = "false"; }
+    document.title = title + " · Tandem";
+  }
+
+  function becomeConversation(conversation) {
+    // The first message created the conversation: this page is now its page.
+    conversationId = conversation.id;
+    turnsUrl = conversation.turns_url;
+    root.dataset.conversationId = String(conversation.id);
+    history.replaceState(null, "", conversation.url);
+    var nav = document.querySelector(".conversation-list");
+    var ul = nav.querySelector("ul") || nav.appendChild(el("ul"));
+    var empty = nav.querySelector(".empty-list");
+    if (empty) { empty.remove(); }
+    ul.insertBefore(el("li", {}, [el("a", {
+      href: conversation.url,
+      "data-conversation-id": conversation.id,
+      "data-untitled": "false",
+      "aria-current": "page",
+      text: conversation.title,
+    })]), ul.firstChild);
+    showTitle(conversation.title);
+    document.getElementById("export-md").href = withId(root.dataset.exportUrl, conversation.id);
+    document.getElementById("export-json").href = withId(root.dataset.exportUrl, conversation.id).replace(/\.md$/, ".json");
+    actions.hidden = false;
+    connect();
+  }
+
+  function startRename() {
+    renameInput.value = titleNode.textContent;
+    renameError.hidden = true;
+    titleNode.hidden = true;
+    actions.hidden = true;
+    renameForm.hidden = false;
+    renameInput.focus();
+    renameInput.select();
+  }
+
+  function endRename() {
+    renameForm.hidden = true;
+    titleNode.hidden = false;
+    actions.hidden = false;
+    renameInput.removeAttribute("aria-invalid");
+  }
+
+  function saveRename() {
+    var button = renameForm.querySelector("button[type=submit]");
+    button.disabled = true;
+    post(withId(root.dataset.renameUrl, conversationId), { title: renameInput.value })
+      .then(function (response) {
+        return response.json().catch(function () { return null; }).then(function (body) {
+          if (response.status === 200) { showTitle(body.conversation.title); endRename(); return; }
+          renameError.hidden = false;
+          renameError.textContent = (body && body.errors && body.errors.title) || errorText(response, body, "The title was not saved");
+          renameInput.setAttribute("aria-invalid", "true");
+        });
+      }, function () {
+        renameError.hidden = false;
+        renameError.textContent = "Could not reach the server.";
+      })
+      .then(function () { button.disabled = false; });
+  }
+
+  document.getElementById("rename").addEventListener("click", startRename);
+  document.getElementById("rename-cancel").addEventListener("click", endRename);
+  renameForm.addEventListener("submit", function (event) { event.preventDefault(); saveRename(); });
+  renameInput.addEventListener("keydown", function (event) {
+    if (event.key === "Escape") { event.preventDefault(); endRename(); }
+  });
+
+  var deleteButton = document.getElementById("delete");
+  var deleteConfirm = document.getElementById("delete-confirm");
+  deleteButton.addEventListener("click", function () {
+    deleteButton.hidden = true;
+    deleteConfirm.hidden = false;
+    document.getElementById("delete-no").focus();
+  });
+  document.getElementById("delete-no").addEventListener("click", function () {
+    deleteConfirm.hidden = true;
+    deleteButton.hidden = false;
+  });
+  document.getElementById("delete-yes").addEventListener("click", function () {
+    var yes = document.getElementById("delete-yes");
+    yes.disabled = true;
+    post(withId(root.dataset.deleteUrl, conversationId)).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (body) {
+        if (response.status === 200) { deleted = true; location.assign(body.redirect); return; }
+        yes.disabled = false;
+        showNotice("error", errorText(response, body, "The conversation was not deleted"));
+      });
+    }, function () {
+      yes.disabled = false;
+      showNotice("error", "Could not reach the server; the conversation was not deleted.");
+    });
+  });
+
+  // -------------------------------------------------------------- its settings
+
+  var settingsForm = document.getElementById("settings-form");
+  var settingsNotice = document.getElementById("settings-notice");
+  var pendingSettings = null; // saved before the conversation exists: sent with its first message
+  var SETTING_NAMES = ["system_prompt", "temperature", "top_p", "max_new_tokens", "image_by_default"];
+
+  function settingsValues() {
+    var values = {};
+    SETTING_NAMES.forEach(function (name) {
+      var field = settingsForm.elements[name];
+      values[name] = field.type === "checkbox" ? field.checked : field.value;
+    });
+    return values;
+  }
+
+  function showSettings(values) {
+    if (!values) { return; }
+    SETTING_NAMES.forEach(function (name) {
+      var field = settingsForm.elements[name];
+      if (field === document.activeElement) { return; } // not under the user's cursor
+      if (field.type === "checkbox") { field.checked = !!values[name]; }
+      else { field.value = String(values[name]); }
+    });
+  }
+
+  function showSettingErrors(errors) {
+    settingsForm.querySelectorAll(".field-error").forEach(function (node) {
+      var words = errors && errors[node.dataset.for];
+      node.hidden = !words;
+      node.textContent = words || "";
+      var field = settingsForm.elements[node.dataset.for];
+      if (words) { field.setAttribute("aria-invalid", "true"); } else { field.removeAttribute("aria-invalid"); }
+    });
+  }
+
+  function saveSettings() {
+    showSettingErrors(null);
+    if (!conversationId) {
+      // No conversation yet: these go with the first message, checked there.
+      pendingSettings = settingsValues();
+      imageToggle.checked = pendingSettings.image_by_default;
+      settingsNotice.textContent = "Kept: they apply from the first message.";
+      return;
     }
-    if (title && title.dataset.untitled === "true") {
-      title.textContent = text.slice(0, 60);
-      title.dataset.untitled = "false";
-    }
+    settingsNotice.textContent = "Saving…";
+    post(withId(root.dataset.settingsUrl, conversationId), settingsValues()).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (body) {
+        if (response.status === 200) {
+          var saved = body.conversation.settings;
+          showSettings(saved);
+          imageToggle.checked = saved.image_by_default;
+          settingsNotice.textContent = "Saved: the next reply uses them.";
+          return;
+        }
+        showSettingErrors(body && body.errors);
+        settingsNotice.textContent = errorText(response, body, "Not saved");
+      });
+    }, function () { settingsNotice.textContent = "Could not reach the server; not saved."; });
+  }
+
+  settingsForm.addEventListener("submit", function (event) { event.preventDefault(); saveSettings(); });
+
+  function onDeleted() {
+    // Deleted here or in another tab: nothing more will come, and nothing can be sent.
+    deleted = true;
+    var old = socket;
+    socket = null;
+    if (old) { try { old.close(); } catch (e) { /* already closing */ } }
+    setConnection("closed", "this conversation was deleted");
+    actions.hidden = true;
+    sendButton.disabled = true;
+    textarea.disabled = true;
+    showNotice("error", "This conversation was deleted.");
   }
 
   function send() {
@@ -507,14 +752,17 @@
     sending = true;
     sendButton.disabled = true;
     composer.setAttribute("aria-busy", "true");
-    post(turnsUrl, { text: text, image: imageToggle.checked })
+    var body = { text: text, image: imageToggle.checked };
+    if (!conversationId && pendingSettings) { body.settings = pendingSettings; } // created with them
+    post(turnsUrl, body)
       .then(function (response) {
         return response.json().catch(function () { return null; }).then(function (body) {
           if (response.status === 201) {
             showNotice("", "");
             textarea.value = "";
             autosize();
-            retitle(text.trim());
+            if (!conversationId) { becomeConversation(body.conversation); }
+            else if (titleNode.dataset.untitled === "true") { showTitle(body.conversation.title); }
             keepingScroll(function () {
               [body.user, body.reply].forEach(function (data) {
                 if (!messages.has(data.id)) { setMessage(data); }
@@ -525,7 +773,11 @@
             toBottom();
             return;
           }
-          if (response.status === 422) {
+          if (response.status === 422 && body && body.errors) {
+            showSettingErrors(body.errors);
+            document.getElementById("settings-panel").open = true;
+            showNotice("error", "Check the conversation's settings: " + body.error);
+          } else if (response.status === 422) {
             showNotice("error", errorText(response, body, "That message can't be sent"));
           } else if (response.status === 429) {
             var wait = parseInt(response.headers.get("Retry-After") || "5", 10) || 5;
@@ -562,6 +814,54 @@
         button.textContent = "Stop";
       }
     }, function () { button.disabled = false; button.textContent = "Stop"; });
+  }
+
+  function regenerate(messageId, button) {
+    button.disabled = true;
+    button.textContent = "Regenerating…";
+    post(regenerateUrl(messageId)).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (body) {
+        if (response.status === 202) {
+          keepingScroll(function () { setMessage(body.message); });
+          return;
+        }
+        button.disabled = false;
+        button.textContent = "Regenerate";
+        showNotice(response.status === 409 ? "error" : "busy", errorText(response, body, "The reply was not regenerated"));
+      });
+    }, function () {
+      button.disabled = false;
+      button.textContent = "Regenerate";
+      showNotice("error", "Could not reach the server; the reply was not regenerated.");
+    });
+  }
+
+  function showVersion(messageId, version, button) {
+    button.disabled = true;
+    post(versionUrl(messageId), { version: version }).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (body) {
+        if (response.status === 200) { keepingScroll(function () { setMessage(body.message); }); return; }
+        button.disabled = false;
+        showNotice("error", errorText(response, body, "That version could not be shown"));
+      });
+    }, function () { button.disabled = false; });
+  }
+
+  function newImage(partId, button) {
+    button.disabled = true;
+    button.textContent = "Starting…";
+    post(newImageUrl(partId)).then(function (response) {
+      if (response.status === 202) { return; } // the new attempt arrives over the socket
+      return response.json().catch(function () { return null; }).then(function (body) {
+        button.disabled = false;
+        button.textContent = "New image";
+        showNotice("error", errorText(response, body, "A new image could not be started"));
+      });
+    }, function () {
+      button.disabled = false;
+      button.textContent = "New image";
+      showNotice("error", "Could not reach the server.");
+    });
   }
 
   function retryImage(partId, button) {
@@ -609,6 +909,6 @@
   var initial = JSON.parse(document.getElementById("initial-messages").textContent || "[]");
   applySnapshot(initial);
   toBottom();
-  connect();
+  if (conversationId) { connect(); }
   textarea.focus();
 })();

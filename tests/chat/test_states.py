@@ -34,4 +34,6 @@ def test_text_and_image_machines():
     assert can_transition("image", S.FAILED, S.QUEUED)
     assert can_transition("image", S.RUNNING, S.RUNNING)
     assert not can_transition("image", S.SUCCEEDED, S.FAILED)
+    assert can_transition("image", S.SUCCEEDED, S.QUEUED)  # "New image"
+    assert not can_transition("text", S.SUCCEEDED, S.QUEUED)
     assert not can_transition("image", S.QUEUED, S.STREAMING)

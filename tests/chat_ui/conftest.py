@@ -76,12 +76,20 @@ def sign_in(page: Page, base_url: str, username: str, password: str) -> None:
 
 @dataclass
 class Chat:
-    """A signed-in page on a fresh conversation, with the steps tests repeat."""
+    """A signed-in page on a new conversation, with the steps tests repeat.
+
+    The conversation has no row, and so no id, until its first message is sent.
+    """
 
     page: Page
     base_url: str
     user: object
-    conversation_id: int
+
+    @property
+    def conversation_id(self) -> int | None:
+        """The conversation's id, from the page's address (None before the first message)."""
+        found = re.search(r"/c/(\d+)/$", self.page.url)
+        return int(found.group(1)) if found else None
 
     def send(self, text: str, image: bool = False, drawn: bool = True) -> None:
         """Type into the composer and press Enter; wait until the reply is drawn."""
@@ -163,16 +171,15 @@ def db_part(part_id: int) -> Part:
 def open_chat(page: Page, base_url: str, user, password: str) -> Chat:
     page.set_default_timeout(30_000)
     sign_in(page, base_url, user.get_username(), password)
-    page.click("button.new-conversation")
-    page.wait_for_url(re.compile(r".*/c/\d+/$"))
-    expect(page.locator("#connection")).to_have_attribute("data-connection", "open")
-    conversation_id = int(re.search(r"/c/(\d+)/$", page.url).group(1))
-    return Chat(page, base_url, user, conversation_id)
+    page.click("a.new-conversation")
+    page.wait_for_url(re.compile(r".*/c/new$"))
+    expect(page.locator("#connection")).to_have_attribute("data-connection", "new")
+    return Chat(page, base_url, user)
 
 
 @pytest.fixture
 def chat(engine_server, page) -> Chat:
-    """A signed-in user on a new, empty conversation, its socket open."""
+    """A signed-in user on a new conversation's page (no row yet, no socket)."""
     page.set_viewport_size({"width": 1280, "height": 800})
     user, password = make_user()
     return open_chat(page, engine_server.url, user, password)

@@ -118,3 +118,30 @@ def test_a_failed_image_keeps_the_text_and_its_retry_succeeds(chat, service_logs
     assert chat.shown_html(text) == text_html  # the text was never touched
     assert db_part(chat.part_id(text)).text == saved_text
     assert db_part(chat.part_id(image)).attempt == 2
+
+
+def test_new_image_keeps_the_old_picture_until_the_new_one_is_drawn(chat, celery_worker):
+    page = chat.page
+    page.click("#settings-panel summary")  # a short text: the test is about the image
+    page.fill("#setting-max_new_tokens", "8")
+    page.click("#settings-form button[type=submit]")
+    page.click("#settings-panel summary")
+    chat.send("Draw a small boat.", image=True)
+    image = chat.image_part
+    expect(image).to_have_attribute("data-state", "succeeded", timeout=REPLY_TIMEOUT)
+    old = image.locator("figure img").get_attribute("src")
+    chat.page.evaluate(IMAGE_RECORDER)
+
+    image.locator("button.new-image").click()
+    expect(image).to_have_attribute("data-previous", "true")
+    expect(image.locator(".redraw-status")).to_be_visible()
+    assert image.locator("figure img").get_attribute("src") == old  # still on screen
+    expect(image).to_have_attribute("data-state", "succeeded", timeout=REPLY_TIMEOUT)
+    new = image.locator("figure img").get_attribute("src")
+    assert new != old
+    assert_image_loads(chat, image)
+    # Never an empty frame between the two pictures.
+    samples = chat.page.evaluate("window.__images")
+    assert samples and all(sample["image"] for sample in samples)
+    assert db_part(chat.part_id(image)).attempt == 2
+    assert chat.page.request.get(f"{chat.base_url}{old}").status == 404  # its file went

@@ -3,6 +3,7 @@
 import pytest
 from playwright.sync_api import expect
 
+from chat.models import Conversation
 from tests.chat_ui.conftest import db_part, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.model, pytest.mark.django_db(transaction=True)]
@@ -96,6 +97,11 @@ def test_stop_keeps_the_text_and_says_stopped(chat):
 
 
 def test_a_second_tab_follows_the_reply_and_can_stop_it(chat):
+    # Both tabs on one saved conversation (a new one has no row, and no socket, until its
+    # first message).
+    conversation = Conversation.objects.create(owner=chat.user)
+    chat.page.goto(f"{chat.base_url}/c/{conversation.pk}/")
+    expect(chat.page.locator("#connection")).to_have_attribute("data-connection", "open")
     other = chat.page.context.new_page()
     other.goto(chat.page.url)
     expect(other.locator("#connection")).to_have_attribute("data-connection", "open")

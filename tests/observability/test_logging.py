@@ -14,8 +14,9 @@ from logging.config import DictConfigurator
 import pytest
 import websockets
 from django.conf import settings
+from django.contrib.auth import get_user_model
 
-from chat.models import Part
+from chat.models import Conversation, Part
 from config.logging import ContextFilter, bound
 from tests.chat.test_sse import signed_in
 from tests.conftest import start_daphne, wait_for_model
@@ -131,8 +132,8 @@ def test_one_turn_followed_from_the_web_process_to_the_worker(service_logs, medi
     try:
         wait_for_model(web)
         session = signed_in(web, "follower")
-        conversation = session.post(f"{web.url}/c/new", headers=csrf(web, session), timeout=30)
-        conversation_id = int(conversation.url.rstrip("/").rsplit("/", 1)[1])
+        owner = get_user_model().objects.get(username="follower")
+        conversation_id = Conversation.objects.create(owner=owner).pk
         socket_id = f"ws-{uuid.uuid4().hex}"
         cookie = f"sessionid={session.cookies['sessionid']}"
         snapshot = asyncio.run(

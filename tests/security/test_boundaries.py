@@ -96,10 +96,15 @@ def test_every_state_changing_chat_route_needs_the_csrf_token(daphne):
     reply = Message.objects.create(conversation=conversation, role="assistant", position=1)
     image = Part.objects.create(message=reply, index=1, kind="image", state="succeeded")
     routes = [
-        ("/c/new", None),
+        ("/c/new/turns", {"text": " "}),
         (f"/c/{conversation.pk}/turns", {"text": " "}),
+        (f"/c/{conversation.pk}/rename", {"title": " "}),
+        (f"/c/{conversation.pk}/settings", {"temperature": 9}),
+        (f"/m/{reply.pk}/regenerate", None),
+        (f"/m/{reply.pk}/version", {"version": 1}),
         (f"/m/{reply.pk}/stop", None),
         (f"/parts/{image.pk}/retry", None),
+        (f"/c/{conversation.pk}/delete", None),
         ("/accounts/logout/", None),
     ]
     forged = {"Referer": daphne.url, "Origin": daphne.url}

@@ -59,6 +59,11 @@ def http_cells(objects: dict) -> list[tuple[str, str, str, dict | None]]:
         ("http", "POST", f"/m/{reply}/stop", None),
         ("http", "POST", f"/parts/{objects['image'].pk}/retry", None),
         ("http", "GET", f"/media/{objects['image'].image.name}", None),
+        ("http", "POST", f"/c/{conversation}/rename", {"title": "taken"}),
+        ("http", "POST", f"/c/{conversation}/settings", {"temperature": 1}),
+        ("http", "POST", f"/m/{reply}/version", {"version": 1}),
+        ("http", "GET", f"/c/{conversation}/export.md", None),
+        ("http", "GET", f"/c/{conversation}/export.json", None),
         ("sse", "GET", f"/m/{reply}/events", None),
     ]
 
@@ -142,6 +147,22 @@ def test_user_b_reaches_nothing_of_user_a(daphne):
         checked["http"] += 1
         if leaked(home):
             failures.append("B's conversation list holds A's secret")
+        found = bob_session.get(daphne.url + "/", params={"q": SECRET}, timeout=30)
+        checked["http"] += 1
+        if f'data-conversation-id="{objects["conversation"].pk}"' in found.text:
+            failures.append("B's search for A's words lists A's conversation")
+
+        # Deleting last: B's and an anonymous try must leave A's conversation standing.
+        delete = f"/c/{objects['conversation'].pk}/delete"
+        theirs = call(daphne, bob_session, "POST", delete, None)
+        anonymous = call(daphne, requests.Session(), "POST", delete, None)
+        checked["http"] += 2
+        if theirs.status_code != 404 or anonymous.status_code not in ANONYMOUS_REFUSALS:
+            failures.append(
+                f"delete: B got {theirs.status_code}, anonymous {anonymous.status_code}"
+            )
+        if not Conversation.objects.filter(pk=objects["conversation"].pk).exists():
+            failures.append("A's conversation was deleted by someone else")
 
         registered = [c for c in cells if c[0] == "admin"]
         print(
