@@ -20,8 +20,6 @@ USED_WITHOUT_IMPORT = {
     "daphne": "the ASGI server: the Procfile's command and an INSTALLED_APPS entry",
     "honcho": "runs the Procfile under `make run`",
     "whitenoise": "middleware named in settings",
-    "psycopg": "Django's PostgreSQL driver, chosen by DATABASE_URL",
-    "psycopg-pool": "the connection pool Django opens from the database OPTIONS",
     "python-json-logger": "the JSON log formatter named in settings.LOGGING",
     "accelerate": "transformers refuses to load a GGUF file without it",
     "pytest-django": "pytest plugin (the DJANGO_SETTINGS_MODULE ini option)",

@@ -49,7 +49,7 @@ def test_embedded_defaults():
     assert seen["media"].endswith("var/media")
     assert seen["model"] == "smollm2-135m-instruct"
     assert seen["dtype"] == "auto"
-    assert seen["weights"] == "bf16"
+    assert seen["weights"] == "auto"
 
 
 def test_environment_overrides():

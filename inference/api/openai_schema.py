@@ -105,6 +105,19 @@ class SamplingFields(BaseModel):
 
 
 class ChatCompletionRequest(SamplingFields):
+    # The documented example: what a client (and the API fuzzer's example phase) sends first.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "smollm2-135m-instruct",
+                    "messages": [{"role": "user", "content": "Say hi."}],
+                    "max_tokens": 2,
+                }
+            ]
+        }
+    )
+
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -120,6 +133,12 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class CompletionRequest(SamplingFields):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"model": "smollm2-135m-instruct", "prompt": "Hello", "max_tokens": 2}]
+        }
+    )
+
     prompt: str | list[str] = Field(max_length=MAX_INPUT_CHARS)
     max_tokens: int | None = Field(None, ge=1)
     echo: bool = False

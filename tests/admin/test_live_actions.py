@@ -44,7 +44,8 @@ def stream_settled(engine, finished_before: int) -> None:
     wait_until(
         lambda: engine.stats().requests_finished > finished_before, 60, "the engine to finish"
     )
-    text_stream.writer.callback(0)(EngineEvent("marker", 0, None, ""))  # part 0: none
+    marker = text_stream.writer.callback(Part(pk=0), 0)  # part 0: none
+    marker(EngineEvent("marker", 0, None, ""))
     wait_until(text_stream.writer._queue.empty, 30, "the stream writer to catch up")
 
 
