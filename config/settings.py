@@ -266,12 +266,14 @@ if TANDEM_WEIGHTS not in ("auto", "bf16", "q4", "int8"):
     raise ImproperlyConfigured("TANDEM_WEIGHTS must be auto, bf16, q4 or int8.")
 # The decode step compiled by inductor (inference/engine/compiled_decode.py): built in the
 # background at start (/health's model.compile says "warming", steps run eagerly meanwhile).
-# TANDEM_COMPILE_BUCKETS: the decode batch sizes compiled (rows are padded up to the next one;
-# a step with more decoders than the last runs eagerly). Each costs ~30-90 s of CPU at start.
+# TANDEM_COMPILE_BUCKETS: the step sizes compiled, in rows (decode tokens plus prompt-chunk
+# tokens, padded up to the next bucket; a bigger step runs eagerly). Each costs ~20-90 s of CPU
+# at start.
 TANDEM_COMPILE = env_bool("TANDEM_COMPILE", True)
 try:
     TANDEM_COMPILE_BUCKETS = tuple(
-        int(size) for size in env_list("TANDEM_COMPILE_BUCKETS", ["1", "2", "4", "8", "16", "32"])
+        int(size)
+        for size in env_list("TANDEM_COMPILE_BUCKETS", ["1", "2", "4", "8", "16", "32", "64"])
     )
 except ValueError as exc:
     raise ImproperlyConfigured(f"TANDEM_COMPILE_BUCKETS must be integers: {exc}") from exc

@@ -1,17 +1,17 @@
-"""The decode step compiled: one inductor graph per batch bucket, attention left to the runner.
+"""The step compiled: one inductor graph per row bucket, attention left to the runner.
 
-At one row a decode step is ~200 small matmuls plus norms, rotary and activations, each a
+At one row a decode step is ~120 small matmuls plus norms, rotary and activations, each a
 separate eager kernel call; the call overhead and the unpacked bf16 weights, not the bytes,
 set its time. Inductor with freezing treats the weights as constants (oneDNN-prepacked
 linears, fused elementwise work) and runs the whole layer stack as one generated function.
 
 What cannot be static is attention: it reads a KV cache whose lengths change every step.
 So it is an opaque custom op (`tandem::decode_attention`) that the graph calls once per
-layer; the op writes the step's K/V into the cache and attends with the runner's own eager
-code, reading the step's cache plan from `StepContext`, which the caller sets around the
-call. Rows are padded up to a bucket (1, 2, 4, 8, 16, 32): shapes are static, every bucket
-is compiled and warmed at start, and a steady state never recompiles. Prefill chunks (and
-decode batches above the largest bucket) stay eager.
+layer; the op runs the step's own `attend` (the runner's: write K/V into the cache, grouped
+decode attention, causal attention per prompt chunk), which the caller sets in
+`StepContext` around the call. A step's rows (decode tokens and prompt chunks together) are
+padded up to a bucket (1 … 64): shapes are static, every bucket is compiled and warmed at
+start, and a steady state never recompiles. Steps with more rows (long prompts) run eagerly.
 """
 
 from __future__ import annotations
@@ -26,13 +26,30 @@ import torch
 from torch import nn
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from inference.engine.batch import StepBatch
+from inference.engine.batch import PrefillChunk, StepBatch
 from inference.engine.kv_cache import KVCache
 from inference.engine.weights.projection import Projection, small_kernel
 
 log = logging.getLogger(__name__)
 
-BUCKETS = (1, 2, 4, 8, 16, 32)
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# Rows a graph computes logits for (at most; the rest are padding): every decoder of a full
+# engine (max_running 32) plus nothing else; a step that samples more runs eagerly.
+LOGIT_ROWS = 32
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """A step's rows as the model sees them, the rows that get logits, and its attention.
+
+    `attend(q, k, v, layer)` writes the rows' K/V into the cache and returns their attention
+    output; the eager pass and the compiled graph call the same one.
+    """
+
+    token_ids: list[int]
+    positions: list[int]
+    logit_rows: list[int]
+    attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 
 @dataclass(slots=True)
@@ -113,7 +130,9 @@ class DecodeModel(nn.Module):
         self.num_kv_heads = runner.num_kv_heads
         self.head_dim = runner.head_dim
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, pick: torch.Tensor
+    ) -> torch.Tensor:
         inner = self.inner
         hidden = inner.embed_tokens(ids)
         cos, sin = inner.rotary_emb(hidden, positions[None])
@@ -131,7 +150,7 @@ class DecodeModel(nn.Module):
             hidden = hidden + lin["o"](attended)
             gate, up = lin["gate_up"](layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
             hidden = hidden + lin["down"](layer.mlp.act_fn(gate) * up)
-        return self.lm_head(inner.norm(hidden)).float()
+        return self.lm_head(inner.norm(hidden[pick])).float()
 
 
 class CompiledDecode:
@@ -152,46 +171,71 @@ class CompiledDecode:
 
     @property
     def max_rows(self) -> int:
-        """Decode steps with more rows than this run eagerly."""
+        """Steps with more rows than this run eagerly."""
         return self.buckets[-1]
 
     def bucket(self, rows: int) -> int:
         """The smallest bucket holding `rows`."""
         return next(b for b in self.buckets if b >= rows)
 
+    def fits(self, rows: int, logit_rows: int) -> bool:
+        """Whether a step of `rows` rows, `logit_rows` of them sampled, has a graph."""
+        return 0 < rows <= self.max_rows and logit_rows <= min(self.bucket(rows), LOGIT_ROWS)
+
     def run(
         self,
         ids: list[int],
         positions: list[int],
+        logit_rows: list[int],
         attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor],
     ) -> torch.Tensor:
-        """Logits [len(ids), vocab] of a decode-only step, through its bucket's graph."""
+        """Logits [len(logit_rows), vocab] of a step, through its bucket's graph.
+
+        Rows are padded to the bucket (token 0 at position 0: attend never sees them); the
+        graph computes logits for a fixed number of picked rows, the real ones first.
+        """
         rows = len(ids)
         size = self.bucket(rows)
         device = self.runner.kv_spec.device
         ids_t = torch.zeros(size, dtype=torch.long, device=device)
         positions_t = torch.zeros(size, dtype=torch.long, device=device)
+        pick = torch.zeros(min(size, LOGIT_ROWS), dtype=torch.long, device=device)
         ids_t[:rows] = torch.tensor(ids, device=device)
         positions_t[:rows] = torch.tensor(positions, device=device)
+        pick[: len(logit_rows)] = torch.tensor(logit_rows, dtype=torch.long, device=device)
         _step.context = StepContext(attend, rows)
         try:
-            logits = self.graph(ids_t, positions_t)
+            logits = self.graph(ids_t, positions_t, pick)
         finally:
             _step.context = None
-        return logits[:rows]
+        return logits[: len(logit_rows)]
 
-    def warm(self, step: Callable[[CompiledDecode, StepBatch, KVCache], torch.Tensor]) -> None:
-        """Compile and run every bucket once on a scratch cache of its own, timing each."""
-        cache = KVCache(self.runner.kv_spec, self.max_rows, 2)
+    def warm(self, plan: Callable[[StepBatch, KVCache], StepPlan]) -> None:
+        """Compile and run every bucket once on a scratch cache of its own, timing each.
+
+        A bucket up to LOGIT_ROWS is warmed with that many decode rows; a larger one with
+        LOGIT_ROWS decode rows and a prompt chunk filling the rest.
+        """
+        cache = KVCache(self.runner.kv_spec, LOGIT_ROWS + 1, self.max_rows)
         for size in self.buckets:
             started = time.perf_counter()
-            slots = [cache.allocate() for _ in range(size)]
+            decoders = min(size, LOGIT_ROWS)
+            slots = [cache.allocate() for _ in range(decoders)]
             for slot in slots:
                 cache.extend(slot, 1)
+            chunks = []
+            if size > decoders:
+                slot = cache.allocate()
+                cache.extend(slot, size - decoders)
+                chunks.append(PrefillChunk(slot, 0, [0] * (size - decoders), needs_logits=False))
             batch = StepBatch(
-                decode_slots=slots, decode_token_ids=[0] * size, decode_positions=[0] * size
+                decode_slots=slots,
+                decode_token_ids=[0] * decoders,
+                decode_positions=[0] * decoders,
+                chunks=chunks,
             )
-            step(self, batch, cache)
+            step = plan(batch, cache)
+            self.run(step.token_ids, step.positions, step.logit_rows, step.attend)
             cache.reset()
             self.warm_seconds[size] = round(time.perf_counter() - started, 1)
-            log.info("compiled decode: bucket %d ready in %.1f s", size, self.warm_seconds[size])
+            log.info("compiled step: bucket %d ready in %.1f s", size, self.warm_seconds[size])

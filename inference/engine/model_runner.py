@@ -22,7 +22,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from inference.engine.batch import PrefillChunk, StepBatch
-from inference.engine.compiled_decode import BUCKETS, CompiledDecode
+from inference.engine.compiled_decode import BUCKETS, CompiledDecode, StepPlan
 from inference.engine.errors import UnsupportedModel
 from inference.engine.kv_cache import KVCache, KVSpec
 from inference.engine.weights.layers import LayerProjections, dense_projection, layer_linears
@@ -140,85 +140,77 @@ class LlamaRunner:
     def forward(self, batch: StepBatch, cache: KVCache) -> torch.Tensor:
         """Feed the step's tokens through every layer; logits only for sampling rows.
 
-        With the compiled step ready, decode rows go through it and prefill chunks (if any)
-        through a second, eager pass: a mixed step then costs a compiled decode step plus
-        its chunks, which is what the prefill pacer budgets.
+        With the compiled step ready, a step whose rows (decode tokens and prompt chunks
+        together) fit its largest bucket runs through it, attention included as the same
+        per-layer function the eager pass calls; bigger steps (long prompts) run eagerly.
         """
+        step = self._step_plan(batch, cache)
         compiled = self.compiled
-        rows = len(batch.decode_slots)
-        if compiled is not None and 0 < rows <= compiled.max_rows:
-            decode = StepBatch(
-                decode_slots=batch.decode_slots,
-                decode_token_ids=batch.decode_token_ids,
-                decode_positions=batch.decode_positions,
-            )
+        if compiled is not None and compiled.fits(len(step.token_ids), len(step.logit_rows)):
             try:
                 with torch.compiler.set_stance("fail_on_recompile"):
-                    logits = self._compiled_forward(compiled, decode, cache)
+                    return compiled.run(
+                        step.token_ids, step.positions, step.logit_rows, step.attend
+                    )
             except Exception as exc:  # any compiler fault: this step and the rest run eagerly
                 self._compile_failed(exc)
-            else:
-                if not batch.chunks:
-                    return logits
-                return torch.cat(
-                    [logits, self._eager_forward(StepBatch(chunks=batch.chunks), cache)]
-                )
-        return self._eager_forward(batch, cache)
+        return self._eager_forward(step)
 
-    def _eager_forward(self, batch: StepBatch, cache: KVCache) -> torch.Tensor:
-        """The step op by op: any mix of decode rows and prefill chunks."""
+    def _step_plan(self, batch: StepBatch, cache: KVCache) -> StepPlan:
+        """The step's rows in order (decode tokens, then each chunk's), and their attention."""
         device = self.kv_spec.device
         token_ids = list(batch.decode_token_ids)
         slots = list(batch.decode_slots)
         positions = list(batch.decode_positions)
+        logit_rows = list(range(len(batch.decode_slots)))
         for chunk in batch.chunks:
             token_ids.extend(chunk.token_ids)
             slots.extend([chunk.slot] * len(chunk.token_ids))
             positions.extend(range(chunk.start, chunk.start + len(chunk.token_ids)))
-        ids_t = torch.tensor(token_ids, device=device)
-        positions_t = torch.tensor(positions, device=device)
-        cache_rows = self._cache_rows(slots, positions_t, cache.capacity)
-
-        inner = self.model.model
-        hidden = inner.embed_tokens(ids_t)
-        cos, sin = inner.rotary_emb(hidden, positions_t[None])
-        cos, sin = cos[0], sin[0]
+            if chunk.needs_logits:
+                logit_rows.append(len(token_ids) - 1)
+        cache_rows = self._cache_rows(slots, torch.tensor(positions, device=device), cache.capacity)
         decode = self._decode_plan(batch, cache)
         chunk_masks = [self._causal_mask(c.start, len(c.token_ids)) for c in batch.chunks]
+        decoders = len(batch.decode_slots)
 
-        for index, (layer, proj) in enumerate(zip(self.layers, self.projections, strict=True)):
-            x = layer.input_layernorm(hidden)
-            q, k, v = proj.qkv(x).split(self.qkv_sizes, dim=-1)
-            q = q.view(-1, self.num_heads, self.head_dim)
-            k = k.view(-1, self.num_kv_heads, self.head_dim)
-            v = v.view(-1, self.num_kv_heads, self.head_dim)
-            q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
-            keys, values = cache.keys(index), cache.values(index)
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+            """Write the rows' K/V into the cache, then attend: [rows, heads * head_dim]."""
+            keys, values = cache.keys(layer), cache.values(layer)
             keys.view(-1, self.head_dim).index_copy_(0, cache_rows, k.reshape(-1, self.head_dim))
             values.view(-1, self.head_dim).index_copy_(0, cache_rows, v.reshape(-1, self.head_dim))
-            parts = []
-            if decode:
-                parts.append(
-                    self._decode_attention(q[: len(batch.decode_slots)], keys, values, decode)
-                )
-            offset = len(batch.decode_slots)
+            q = q.reshape(q.shape[0], -1)
+            parts = [self._decode_attention(q[:decoders], keys, values, decode)] if decode else []
+            offset = decoders
             for chunk, mask in zip(batch.chunks, chunk_masks, strict=True):
                 size = len(chunk.token_ids)
                 parts.append(
                     self._chunk_attention(q[offset : offset + size], keys, values, chunk, mask)
                 )
                 offset += size
-            attended = parts[0] if len(parts) == 1 else torch.cat(parts)
-            hidden = hidden + proj.o(attended)
+            return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+        return StepPlan(token_ids, positions, logit_rows, attend)
+
+    def _eager_forward(self, step: StepPlan) -> torch.Tensor:
+        """The step op by op: any mix of decode rows and prefill chunks."""
+        device = self.kv_spec.device
+        ids_t = torch.tensor(step.token_ids, device=device)
+        positions_t = torch.tensor(step.positions, device=device)
+        inner = self.model.model
+        hidden = inner.embed_tokens(ids_t)
+        cos, sin = inner.rotary_emb(hidden, positions_t[None])
+        cos, sin = cos[0], sin[0]
+        for index, (layer, proj) in enumerate(zip(self.layers, self.projections, strict=True)):
+            x = layer.input_layernorm(hidden)
+            q, k, v = proj.qkv(x).split(self.qkv_sizes, dim=-1)
+            q = q.view(-1, self.num_heads, self.head_dim)
+            k = k.view(-1, self.num_kv_heads, self.head_dim)
+            q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
+            hidden = hidden + proj.o(step.attend(q, k, v, index))
             gate, up = proj.gate_up(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
             hidden = hidden + proj.down(layer.mlp.act_fn(gate) * up)
-
-        rows = list(range(len(batch.decode_slots)))
-        offset = len(batch.decode_slots)
-        for chunk in batch.chunks:
-            offset += len(chunk.token_ids)
-            if chunk.needs_logits:
-                rows.append(offset - 1)
+        rows = step.logit_rows
         picked = hidden[rows] if len(rows) != hidden.shape[0] else hidden
         return self.model.lm_head(inner.norm(picked)).float()
 
@@ -234,7 +226,7 @@ class LlamaRunner:
             try:
                 with torch.inference_mode():
                     compiled = CompiledDecode(self, buckets)
-                    compiled.warm(self._compiled_forward)
+                    compiled.warm(self._step_plan)
             except Exception as exc:  # any compiler fault leaves the engine eager, said once
                 self._compile_failed(exc)
                 return
@@ -251,22 +243,6 @@ class LlamaRunner:
         self.compiled = None
         self.compile_state = f"failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
         log.warning("compiled decode unavailable, running eagerly: %s", self.compile_state)
-
-    def _compiled_forward(
-        self, compiled: CompiledDecode, batch: StepBatch, cache: KVCache
-    ) -> torch.Tensor:
-        """A decode-only step through the compiled graph; attention stays this runner's."""
-        positions_t = torch.tensor(batch.decode_positions, device=self.kv_spec.device)
-        cache_rows = self._cache_rows(batch.decode_slots, positions_t, cache.capacity)
-        plan = self._decode_plan(batch, cache)
-
-        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
-            keys, values = cache.keys(layer), cache.values(layer)
-            keys.view(-1, self.head_dim).index_copy_(0, cache_rows, k.reshape(-1, self.head_dim))
-            values.view(-1, self.head_dim).index_copy_(0, cache_rows, v.reshape(-1, self.head_dim))
-            return self._decode_attention(q, keys, values, plan)
-
-        return compiled.run(batch.decode_token_ids, batch.decode_positions, attend)
 
     def _cache_rows(self, slots: list[int], positions: torch.Tensor, capacity: int) -> torch.Tensor:
         """Row of every (token, kv head) in a layer's cache seen as [slots*heads*capacity, dim].
