@@ -2,14 +2,18 @@
 
 A step that feeds a 512-token prompt chunk next to 31 decoders makes all 31 wait for it:
 their next token comes ten times later than usual. The pacer keeps a step with prefill
-within `multiple` times a decode-only step of the same decoders: it measures what decoding
-costs (per decoder-count bucket) and what each prefill token adds, and gives prefill the
-tokens that fit in the difference. With no one decoding there is no one to stall, so
-prefill gets the whole step budget. The long prompt's time to first token is the price.
+within `multiple` times what the decoders' own step costs, from measured step times.
 
-The per-token figure includes a chunk's fixed cost (a chunk pass reads every weight once), so
-it overestimates for small chunks; budget and figure then move to the fixed point where a
-step with prefill takes `multiple` decode steps.
+A step's cost follows its row count in steps, not in a line: the compiled graphs run padded
+to a bucket (1, 2, 4 … 64 rows), and a bigger step runs eagerly at several times the cost.
+So the pacer keeps the time of a step per power-of-two row bucket, learned from every step
+(decode-only or mixed), and lets prefill fill the rows up to the largest bucket whose time
+stays within `multiple` times the decoders' bucket. An unmeasured bucket is estimated from
+its neighbours: by the next larger measured one (an upper bound), else by scaling the
+largest smaller one with the rows (pessimistic); when not even the decoders' bucket or one
+next to it is known, prefill gets `min_tokens` and the step measures it. With no one
+decoding there is no one to stall, so prefill gets the whole step budget. The long prompt's
+time to first token is the price.
 """
 
 from __future__ import annotations
@@ -19,46 +23,62 @@ from dataclasses import dataclass, field
 SMOOTHING = 0.2
 
 
-def _bucket(decoders: int) -> int:
-    """Decode steps are timed per power-of-two decoder count: time grows with the count."""
-    return 1 << max(decoders - 1, 0).bit_length()
-
-
-def _ema(old: float | None, new: float) -> float:
-    return new if old is None else old + SMOOTHING * (new - old)
+def _bucket(rows: int) -> int:
+    """The power of two at or above `rows`: the unit step times are kept in."""
+    return 1 << max(rows - 1, 0).bit_length()
 
 
 @dataclass
 class PrefillPacer:
-    """Prefill token budget per step, from measured decode-step and prefill-token costs."""
+    """Prefill token budget per step, from measured step times by row bucket."""
 
     max_tokens: int
     multiple: float | None = 1.6
     min_tokens: int = 8
-    decode_seconds: dict[int, float] = field(default_factory=dict)
-    token_seconds: float | None = None
+    seconds: dict[int, float] = field(default_factory=dict)
 
     def budget(self, decoders: int) -> int:
         """Prompt tokens the next step may feed next to `decoders` decoding sequences."""
         if decoders == 0 or self.multiple is None:
             return self.max_tokens
-        decode = self.decode_seconds.get(_bucket(decoders))
-        if decode is None or self.token_seconds is None:
+        base = self.decoders_cost(_bucket(decoders))
+        if base is None:
             return self.min_tokens
-        if self.token_seconds <= 0.0:
-            return self.max_tokens  # prefill added nothing measurable: try a whole chunk
-        tokens = int((self.multiple - 1.0) * decode / self.token_seconds)
-        return max(self.min_tokens, min(self.max_tokens, tokens))
+        allowed = self.multiple * base
+        rows = _bucket(decoders)
+        while rows < decoders + self.max_tokens:
+            cost = self.estimate(rows * 2)
+            if cost is None or cost > allowed:
+                break
+            rows *= 2
+        return max(self.min_tokens, min(self.max_tokens, rows - decoders))
+
+    def decoders_cost(self, bucket: int) -> float | None:
+        """What the decoders' own step costs: its bucket's time, or an adjacent bucket's.
+
+        While prompts keep arriving no step is decode-only, so the decoders' bucket may
+        never be measured alone; the one just below or above it is a close stand-in.
+        """
+        for neighbour in (bucket, bucket // 2, bucket * 2):
+            if neighbour in self.seconds:
+                return self.seconds[neighbour]
+        return None
+
+    def estimate(self, bucket: int) -> float | None:
+        """A step of `bucket` rows: measured, else bounded above by measured neighbours."""
+        if bucket in self.seconds:
+            return self.seconds[bucket]
+        larger = [b for b in self.seconds if b > bucket]
+        if larger:
+            return self.seconds[min(larger)]
+        smaller = [b for b in self.seconds if b < bucket]
+        if smaller:
+            below = max(smaller)
+            return self.seconds[below] * bucket / below
+        return None
 
     def observe(self, decoders: int, prefill_tokens: int, seconds: float) -> None:
-        """Learn from a finished step: a decode step's cost, or what its prefill added."""
-        if decoders == 0:
-            return  # nobody waited on this step; a whole-budget chunk's cost says little
-        key = _bucket(decoders)
-        if prefill_tokens == 0:
-            self.decode_seconds[key] = _ema(self.decode_seconds.get(key), seconds)
-            return
-        decode = self.decode_seconds.get(key)
-        if decode is not None:
-            added = max(seconds - decode, 0.0) / prefill_tokens
-            self.token_seconds = _ema(self.token_seconds, added)
+        """Learn from a finished step: its time, under its row bucket."""
+        key = _bucket(decoders + prefill_tokens)
+        old = self.seconds.get(key)
+        self.seconds[key] = seconds if old is None else old + SMOOTHING * (seconds - old)

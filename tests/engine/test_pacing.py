@@ -1,58 +1,71 @@
-"""The prefill pacer: a step with prefill stays near `multiple` decode steps."""
+"""The prefill pacer: a step with prefill stays within `multiple` decoders' steps."""
 
 from __future__ import annotations
 
-import pytest
-
-from inference.engine.pacing import PrefillPacer
+from inference.engine.pacing import PrefillPacer, _bucket
 
 
-def step_seconds(decoders: int, prefill: int) -> float:
-    """A cost model like the runner's: decode grows with decoders, a chunk has a fixed cost."""
-    decode = 0.020 + 0.001 * decoders
-    return decode + (0.012 + 0.0006 * prefill if prefill else 0.0)
+def step_seconds(rows: int) -> float:
+    """A cost model like the compiled runner's: flat per bucket up to 64 rows, eager above."""
+    bucket = _bucket(rows)
+    if bucket <= 64:
+        return {1: 0.020, 2: 0.021, 4: 0.022, 8: 0.024, 16: 0.028, 32: 0.040, 64: 0.055}[bucket]
+    return 0.060 + 0.002 * rows
+
+
+def run(pacer: PrefillPacer, decoders: int, steps: int) -> list[int]:
+    """Budgets given over `steps` steps that each use their whole budget."""
+    budgets = []
+    for _ in range(steps):
+        tokens = pacer.budget(decoders)
+        budgets.append(tokens)
+        pacer.observe(decoders, tokens, step_seconds(decoders + tokens))
+    return budgets
 
 
 def test_nobody_decoding_gets_the_whole_budget() -> None:
+    assert PrefillPacer(max_tokens=512).budget(0) == 512
+
+
+def test_unknown_costs_start_small_then_fill_the_cheap_bucket() -> None:
+    pacer = PrefillPacer(max_tokens=512, multiple=1.6, min_tokens=8)
+    budgets = run(pacer, 31, 6)
+    assert budgets[0] == 8  # nothing measured near 31 rows yet
+    # 31 + 33 = 64 rows cost 0.055 s against 0.040 for the decoders' 32: within 1.6×; the
+    # next bucket (eager) would not be.
+    assert budgets[-1] == 33
+    assert step_seconds(31 + budgets[-1]) <= 1.6 * step_seconds(31)
+
+
+def test_a_tighter_multiple_keeps_prefill_out_of_a_dearer_bucket() -> None:
+    pacer = PrefillPacer(max_tokens=512, multiple=1.2, min_tokens=8)
+    pacer.observe(31, 0, step_seconds(31))  # the decoders' own step, measured alone
+    budgets = run(pacer, 31, 6)
+    assert budgets[-1] == 8  # the floor: 64 rows cost 1.375× the decoders' 32
+
+
+def test_without_a_decode_only_step_the_paid_bucket_is_filled() -> None:
+    """The floor already puts 31 decoders in the 64-row bucket: filling it costs nothing more."""
+    pacer = PrefillPacer(max_tokens=512, multiple=1.2, min_tokens=8)
+    assert run(pacer, 31, 6)[-1] == 33
+
+
+def test_a_bucket_never_measured_alone_takes_its_neighbours_cost() -> None:
     pacer = PrefillPacer(max_tokens=512)
-    assert pacer.budget(0) == 512
+    pacer.observe(13, 8, step_seconds(21))  # bucket 32 measured, 16 never alone
+    assert pacer.decoders_cost(16) == step_seconds(21)
+    assert pacer.budget(13) == 32 - 13
 
 
-def test_unknown_costs_start_small() -> None:
-    pacer = PrefillPacer(max_tokens=512, min_tokens=8)
-    assert pacer.budget(31) == 8
-    pacer.observe(31, 0, step_seconds(31, 0))
-    assert pacer.budget(31) == 8  # decode known, prefill cost not yet
-
-
-@pytest.mark.parametrize("multiple", [1.3, 1.6, 2.0])
-def test_budget_converges_to_steps_of_multiple_decode_steps(multiple: float) -> None:
-    pacer = PrefillPacer(max_tokens=512, multiple=multiple)
-    for _ in range(5):
-        pacer.observe(31, 0, step_seconds(31, 0))
-    for _ in range(60):
-        tokens = pacer.budget(31)
-        pacer.observe(31, tokens, step_seconds(31, tokens))
-    ratio = step_seconds(31, pacer.budget(31)) / step_seconds(31, 0)
-    assert ratio == pytest.approx(multiple, rel=0.05)
-
-
-def test_decode_costs_are_kept_per_decoder_bucket() -> None:
+def test_unmeasured_larger_buckets_are_bounded_by_measured_ones() -> None:
     pacer = PrefillPacer(max_tokens=512)
-    for decoders in (1, 32):
-        pacer.observe(decoders, 0, step_seconds(decoders, 0))
-        pacer.observe(decoders, 16, step_seconds(decoders, 16))
-    assert pacer.budget(32) > pacer.budget(1)
+    pacer.observe(0, 512, 1.2)  # an idle step of 512 prompt tokens
+    pacer.observe(31, 0, 0.04)
+    assert pacer.estimate(64) == 1.2  # bounded above by the 512-row step
+    assert pacer.budget(31) == 8  # so no prefill beyond the floor until 64 is measured
 
 
 def test_no_multiple_means_no_pacing() -> None:
     pacer = PrefillPacer(max_tokens=512, multiple=None)
     pacer.observe(31, 0, 0.05)
     assert pacer.budget(31) == 512
-
-
-def test_a_prefill_that_costs_nothing_measurable_gets_the_whole_budget() -> None:
-    pacer = PrefillPacer(max_tokens=256)
-    pacer.observe(4, 0, 0.05)
-    pacer.observe(4, 8, 0.04)
-    assert pacer.budget(4) == 256
