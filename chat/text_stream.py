@@ -80,6 +80,17 @@ class TextStreamWriter:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._redis = RedisGate()
+        self._gone: set[int] = set()  # parts whose rows were deleted: their events are dropped
+        self._handling = threading.RLock()  # held while one event is handled
+
+    def forget(self, part_ids: list[int]) -> None:
+        """Drop every event still queued for these parts (their conversation was deleted).
+
+        Returns once no event of theirs is being handled, so nothing of theirs is broadcast
+        after the caller tells the pages the conversation is gone.
+        """
+        with self._handling:
+            self._gone.update(part_ids)
 
     def callback(self, part: Part, conversation_id: int):
         """The engine's on_event for one streaming part: enqueue with the emission time,
@@ -113,7 +124,12 @@ class TextStreamWriter:
                 self._retry_ends()
                 continue
             try:
-                context.run(self._handle, live, event, emitted)
+                with self._handling:
+                    if live.part.pk in self._gone:
+                        if event.is_finished:
+                            self._gone.discard(live.part.pk)
+                        continue
+                    context.run(self._handle, live, event, emitted)
             except Exception:  # one bad part must not stop everyone else's text
                 log.exception("text writer failed on part %s", live.part.pk)
             finally:
