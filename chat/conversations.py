@@ -14,7 +14,7 @@ from django import forms
 from django.db import transaction
 from django.forms.models import model_to_dict
 
-from chat import events, live_text, services, text_stream
+from chat import events, live_text, services
 from chat.models import (
     MAX_NEW_TOKENS_CAP,
     SETTING_DEFAULTS,
@@ -155,6 +155,8 @@ def remove(conversation_id: int) -> None:
     storage = Part._meta.get_field("image").storage
     for name in files:
         storage.delete(name)
+    from chat import text_stream  # the writer imports the engine (torch): web processes only
+
     text_stream.writer.forget(text_parts)
     for part_id in text_parts:
         live_text.expire(part_id)
