@@ -284,7 +284,7 @@ if (
 ):
     raise ImproperlyConfigured("TANDEM_COMPILE_BUCKETS must be ascending positive integers.")
 # Threads the engine's kernels use (torch.set_num_threads); 0 keeps torch's default (one per
-# core). bench/ws_ping.py measures what each choice does to Daphne's answers while decoding.
+# core).
 TANDEM_TORCH_THREADS = env_int("TANDEM_TORCH_THREADS", 0)
 TANDEM_LOAD_MODEL = env_bool("TANDEM_LOAD_MODEL", True)
 TANDEM_HEALTH_TIMEOUT = env_float("TANDEM_HEALTH_TIMEOUT", 1.0)
