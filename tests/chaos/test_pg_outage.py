@@ -61,7 +61,7 @@ def test_postgres_stopped_30_s_while_replies_stream(
         conversations = [visitor.conversation() for visitor in visitors]
         page.context.add_cookies(visitors[0].browser_cookies(server))
         page.goto(f"{server.url}/c/{conversations[0].pk}/")
-        chat = Chat(page, server.url, visitors[0].user, conversations[0].pk)
+        chat = Chat(page, server.url, visitors[0].user)
         expect(page.locator("#connection")).to_have_attribute("data-connection", "open")
 
         replies = []

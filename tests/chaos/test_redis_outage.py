@@ -81,7 +81,7 @@ def test_redis_stopped_30_s_during_20_turns_loses_nothing(
         conversations = [visitor.conversation() for visitor in visitors]
         page.context.add_cookies(visitors[0].browser_cookies(server))
         page.goto(f"{server.url}/c/{conversations[0].pk}/")
-        chat = Chat(page, server.url, visitors[0].user, conversations[0].pk)
+        chat = Chat(page, server.url, visitors[0].user)
         connection = page.locator("#connection")
         expect(connection).to_have_attribute("data-connection", "open")
 

@@ -73,7 +73,7 @@ def test_a_web_process_killed_mid_stream_leaves_interrupted_text_and_no_spinners
         conversations = [visitor.conversation() for visitor in visitors]
         page.context.add_cookies(visitors[0].browser_cookies(server))
         page.goto(f"{server.url}/c/{conversations[0].pk}/")
-        chat = Chat(page, server.url, visitors[0].user, conversations[0].pk)
+        chat = Chat(page, server.url, visitors[0].user)
         connection = page.locator("#connection")
         expect(connection).to_have_attribute("data-connection", "open")
 
