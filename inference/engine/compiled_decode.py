@@ -50,6 +50,7 @@ class StepPlan:
     positions: list[int]
     logit_rows: list[int]
     attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
+    device: torch.device
 
 
 @dataclass(slots=True)
@@ -107,7 +108,11 @@ class _Linear(nn.Module):
 
 
 class DecodeModel(nn.Module):
-    """The decoder stack for decode rows: ids and positions in, float32 logits out."""
+    """The decoder stack: ids and positions in, float32 logits of the picked rows out.
+
+    The runner's one forward: it runs as it is for eager steps and, compiled per bucket,
+    for the steps that fit a graph.
+    """
 
     def __init__(self, runner: object) -> None:
         super().__init__()
@@ -153,6 +158,33 @@ class DecodeModel(nn.Module):
         return self.lm_head(inner.norm(hidden[pick])).float()
 
 
+def run_stack(
+    stack: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    step: StepPlan,
+    rows: int,
+    picks: int,
+) -> torch.Tensor:
+    """Logits [len(step.logit_rows), vocab] of `step` through `stack` (eager or a graph).
+
+    Ids and positions are padded with zeros to `rows`, the picked rows to `picks`; the
+    step's `attend` is what the attention op runs meanwhile.
+    """
+    device = step.device
+    ids = torch.zeros(rows, dtype=torch.long, device=device)
+    positions = torch.zeros(rows, dtype=torch.long, device=device)
+    pick = torch.zeros(picks, dtype=torch.long, device=device)
+    real = len(step.token_ids)
+    ids[:real] = torch.tensor(step.token_ids, device=device)
+    positions[:real] = torch.tensor(step.positions, device=device)
+    pick[: len(step.logit_rows)] = torch.tensor(step.logit_rows, dtype=torch.long, device=device)
+    _step.context = StepContext(step.attend, real)
+    try:
+        logits = stack(ids, positions, pick)
+    finally:
+        _step.context = None
+    return logits[: len(step.logit_rows)]
+
+
 class CompiledDecode:
     """Compiled decode graphs by bucket; `run` pads a decode-only step to its bucket."""
 
@@ -165,8 +197,7 @@ class CompiledDecode:
         )
         self.runner = runner
         self.buckets = buckets
-        self.model = DecodeModel(runner).eval()
-        self.graph = torch.compile(self.model, dynamic=False, fullgraph=True)
+        self.graph = torch.compile(runner.stack, dynamic=False, fullgraph=True)
         self.warm_seconds: dict[int, float] = {}
 
     @property
@@ -182,33 +213,11 @@ class CompiledDecode:
         """Whether a step of `rows` rows, `logit_rows` of them sampled, has a graph."""
         return 0 < rows <= self.max_rows and logit_rows <= min(self.bucket(rows), LOGIT_ROWS)
 
-    def run(
-        self,
-        ids: list[int],
-        positions: list[int],
-        logit_rows: list[int],
-        attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor],
-    ) -> torch.Tensor:
-        """Logits [len(logit_rows), vocab] of a step, through its bucket's graph.
-
-        Rows are padded to the bucket (token 0 at position 0: attend never sees them); the
-        graph computes logits for a fixed number of picked rows, the real ones first.
-        """
-        rows = len(ids)
-        size = self.bucket(rows)
-        device = self.runner.kv_spec.device
-        ids_t = torch.zeros(size, dtype=torch.long, device=device)
-        positions_t = torch.zeros(size, dtype=torch.long, device=device)
-        pick = torch.zeros(min(size, LOGIT_ROWS), dtype=torch.long, device=device)
-        ids_t[:rows] = torch.tensor(ids, device=device)
-        positions_t[:rows] = torch.tensor(positions, device=device)
-        pick[: len(logit_rows)] = torch.tensor(logit_rows, dtype=torch.long, device=device)
-        _step.context = StepContext(attend, rows)
-        try:
-            logits = self.graph(ids_t, positions_t, pick)
-        finally:
-            _step.context = None
-        return logits[: len(logit_rows)]
+    def run(self, step: StepPlan) -> torch.Tensor:
+        """Logits of a step through its bucket's graph: rows padded to the bucket (token 0
+        at position 0: attend never sees them), a fixed number of picked rows."""
+        size = self.bucket(len(step.token_ids))
+        return run_stack(self.graph, step, size, min(size, LOGIT_ROWS))
 
     def warm(self, plan: Callable[[StepBatch, KVCache], StepPlan]) -> None:
         """Compile and run every bucket once on a scratch cache of its own, timing each.
@@ -234,8 +243,7 @@ class CompiledDecode:
                 decode_positions=[0] * decoders,
                 chunks=chunks,
             )
-            step = plan(batch, cache)
-            self.run(step.token_ids, step.positions, step.logit_rows, step.attend)
+            self.run(plan(batch, cache))
             cache.reset()
             self.warm_seconds[size] = round(time.perf_counter() - started, 1)
             log.info("compiled step: bucket %d ready in %.1f s", size, self.warm_seconds[size])

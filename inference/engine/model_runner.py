@@ -19,10 +19,15 @@ from typing import Protocol
 
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from inference.engine.batch import PrefillChunk, StepBatch
-from inference.engine.compiled_decode import BUCKETS, CompiledDecode, StepPlan
+from inference.engine.compiled_decode import (
+    BUCKETS,
+    CompiledDecode,
+    DecodeModel,
+    StepPlan,
+    run_stack,
+)
 from inference.engine.errors import UnsupportedModel
 from inference.engine.kv_cache import KVCache, KVSpec
 from inference.engine.weights.layers import LayerProjections, dense_projection, layer_linears
@@ -120,6 +125,7 @@ class LlamaRunner:
             self.num_kv_heads * self.head_dim,
             self.num_kv_heads * self.head_dim,
         ]
+        self.stack = DecodeModel(self).eval()
 
     @staticmethod
     def dense_layer(layer: torch.nn.Module) -> LayerProjections:
@@ -149,12 +155,10 @@ class LlamaRunner:
         if compiled is not None and compiled.fits(len(step.token_ids), len(step.logit_rows)):
             try:
                 with torch.compiler.set_stance("fail_on_recompile"):
-                    return compiled.run(
-                        step.token_ids, step.positions, step.logit_rows, step.attend
-                    )
+                    return compiled.run(step)
             except Exception as exc:  # any compiler fault: this step and the rest run eagerly
                 self._compile_failed(exc)
-        return self._eager_forward(step)
+        return run_stack(self.stack, step, len(step.token_ids), len(step.logit_rows))
 
     def _step_plan(self, batch: StepBatch, cache: KVCache) -> StepPlan:
         """The step's rows in order (decode tokens, then each chunk's), and their attention."""
@@ -190,29 +194,7 @@ class LlamaRunner:
                 offset += size
             return parts[0] if len(parts) == 1 else torch.cat(parts)
 
-        return StepPlan(token_ids, positions, logit_rows, attend)
-
-    def _eager_forward(self, step: StepPlan) -> torch.Tensor:
-        """The step op by op: any mix of decode rows and prefill chunks."""
-        device = self.kv_spec.device
-        ids_t = torch.tensor(step.token_ids, device=device)
-        positions_t = torch.tensor(step.positions, device=device)
-        inner = self.model.model
-        hidden = inner.embed_tokens(ids_t)
-        cos, sin = inner.rotary_emb(hidden, positions_t[None])
-        cos, sin = cos[0], sin[0]
-        for index, (layer, proj) in enumerate(zip(self.layers, self.projections, strict=True)):
-            x = layer.input_layernorm(hidden)
-            q, k, v = proj.qkv(x).split(self.qkv_sizes, dim=-1)
-            q = q.view(-1, self.num_heads, self.head_dim)
-            k = k.view(-1, self.num_kv_heads, self.head_dim)
-            q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
-            hidden = hidden + proj.o(step.attend(q, k, v, index))
-            gate, up = proj.gate_up(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
-            hidden = hidden + proj.down(layer.mlp.act_fn(gate) * up)
-        rows = step.logit_rows
-        picked = hidden[rows] if len(rows) != hidden.shape[0] else hidden
-        return self.model.lm_head(inner.norm(picked)).float()
+        return StepPlan(token_ids, positions, logit_rows, attend, device)
 
     def compile_decode(self, buckets: tuple[int, ...] = BUCKETS) -> threading.Thread:
         """Build the compiled decode step in a background thread; steps run eagerly meanwhile.
