@@ -6,7 +6,8 @@ SmolLM2-135M's shapes (hidden 576, MLP 1536, 9 query and 3 KV heads of 64), rand
 (a kernel's time does not depend on the values). For each row count it times one layer's
 projections fused (QKV as one 960×576 matmul, gate/up as one 3072×576) and unfused, on
 `F.linear` in bfloat16 and on torch's int4 weight-only kernel, and prints the largest row
-count at which int4 is faster per layer: `inference.engine.weights.INT4_MAX_ROWS`.
+count at which int4 is faster per layer (the runner measures its own limit at start:
+`inference/engine/weights/crossover.py`).
 """
 
 from __future__ import annotations

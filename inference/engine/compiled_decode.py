@@ -118,7 +118,7 @@ class DecodeModel(nn.Module):
         super().__init__()
         model = runner.model
         self.inner = model.model
-        self.lm_head = model.lm_head
+        self.lm_head = model.lm_head if runner.head is None else _Linear(runner.head)
         self.linears = nn.ModuleList(
             nn.ModuleDict(
                 {
@@ -199,6 +199,7 @@ class CompiledDecode:
         self.buckets = buckets
         self.graph = torch.compile(runner.stack, dynamic=False, fullgraph=True)
         self.warm_seconds: dict[int, float] = {}
+        self.step_seconds: dict[int, float] = {}
 
     @property
     def max_rows(self) -> int:
@@ -220,7 +221,9 @@ class CompiledDecode:
         return run_stack(self.graph, step, size, min(size, LOGIT_ROWS))
 
     def warm(self, plan: Callable[[StepBatch, KVCache], StepPlan]) -> None:
-        """Compile and run every bucket once on a scratch cache of its own, timing each.
+        """Compile and run every bucket on a scratch cache of its own, timing each: the
+        compile (`warm_seconds`) and then one step of the compiled graph (`step_seconds`,
+        which seed the prefill pacer).
 
         A bucket up to LOGIT_ROWS is warmed with that many decode rows; a larger one with
         LOGIT_ROWS decode rows and a prompt chunk filling the rest.
@@ -243,7 +246,11 @@ class CompiledDecode:
                 decode_positions=[0] * decoders,
                 chunks=chunks,
             )
-            self.run(plan(batch, cache))
-            cache.reset()
+            step = plan(batch, cache)
+            self.run(step)
             self.warm_seconds[size] = round(time.perf_counter() - started, 1)
+            started = time.perf_counter()
+            self.run(step)
+            self.step_seconds[size] = time.perf_counter() - started
+            cache.reset()
             log.info("compiled step: bucket %d ready in %.1f s", size, self.warm_seconds[size])

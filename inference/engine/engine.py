@@ -71,7 +71,12 @@ class Engine:
             self.config.max_waiting,
             self.config.max_step_tokens,
         )
-        self.pacer = PrefillPacer(self.config.max_step_tokens, self.config.prefill_multiple)
+        self.pacer = PrefillPacer(
+            self.config.max_step_tokens,
+            self.config.prefill_multiple,
+            reference_rows=self.config.max_running,
+        )
+        self._pacer_seeded = False
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.special_ids = special_token_ids(tokenizer)
         self._lock = threading.Lock()
@@ -239,11 +244,22 @@ class Engine:
 
     def _schedule(self) -> StepBatch | None:
         """The scheduler's plan for this step, admitting waiting requests into free slots."""
+        self._seed_pacer()
         with self._lock:
             batch = self.scheduler.schedule(self.pacer.budget(self.scheduler.decoders()))
         for seq in batch.admitted if batch is not None else ():
             self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
         return batch
+
+    def _seed_pacer(self) -> None:
+        """Once the runner's compiled step is warm, its per-bucket step times seed the pacer
+        (a runner without one, or still compiling, seeds nothing)."""
+        if self._pacer_seeded:
+            return
+        compiled = getattr(self.runner, "compiled", None)
+        if compiled is not None:
+            self.pacer.seed(compiled.step_seconds)
+            self._pacer_seeded = True
 
     def _forward(self, batch: StepBatch) -> torch.Tensor | None:
         """One logits row per sampling sequence; None when the pass failed its whole batch."""

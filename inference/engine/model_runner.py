@@ -31,6 +31,7 @@ from inference.engine.compiled_decode import (
 from inference.engine.errors import UnsupportedModel
 from inference.engine.kv_cache import KVCache, KVSpec
 from inference.engine.weights.layers import LayerProjections, dense_projection, layer_linears
+from inference.engine.weights.projection import Projection
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,10 @@ class LlamaRunner:
         model: PreTrainedModel,
         projections: list[LayerProjections] | None = None,
         weights: str = "bf16",
+        head: Projection | None = None,
     ) -> None:
-        """`projections` replace the model's linears (q4); by default they are its own, fused."""
+        """`projections` replace the model's linears (q4, int8); by default they are its own,
+        fused. `head` replaces its lm_head (int8); by default the model's own module runs."""
         name = type(model).__name__
         if name not in SUPPORTED_ARCHITECTURES:
             raise UnsupportedModel(
@@ -104,6 +107,7 @@ class LlamaRunner:
         self.compile_state = "off"
         self.compile_seconds: dict[int, float] = {}
         self.projections = projections or [self.dense_layer(layer) for layer in self.layers]
+        self.head = head
         attention = self.layers[0].self_attn
         self.head_dim = attention.head_dim
         self.scaling = attention.scaling

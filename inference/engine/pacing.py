@@ -2,18 +2,24 @@
 
 A step that feeds a 512-token prompt chunk next to 31 decoders makes all 31 wait for it:
 their next token comes ten times later than usual. The pacer keeps a step with prefill
-within `multiple` times what the decoders' own step costs, from measured step times.
+within `multiple` times a decode step's cost, from measured step times.
 
 A step's cost follows its row count in steps, not in a line: the compiled graphs run padded
 to a bucket (1, 2, 4 … 64 rows), and a bigger step runs eagerly at several times the cost.
 So the pacer keeps the time of a step per power-of-two row bucket, learned from every step
-(decode-only or mixed), and lets prefill fill the rows up to the largest bucket whose time
-stays within `multiple` times the decoders' bucket. An unmeasured bucket is estimated from
-its neighbours: by the next larger measured one (an upper bound), else by scaling the
-largest smaller one with the rows (pessimistic); when not even the decoders' bucket or one
-next to it is known, prefill gets `min_tokens` and the step measures it. With no one
-decoding there is no one to stall, so prefill gets the whole step budget. The long prompt's
-time to first token is the price.
+(decode-only or mixed) and seeded from the compiled graphs' warm-up timings, and lets prefill
+fill the rows up to the largest bucket whose time stays within `multiple` times the
+reference decode step: that of a full engine (`reference_rows`, the engine's max_running)
+when it is known, else the decoders' own bucket. Against the decoders' own step alone, one
+decoder (a 1-row step) held waiting prompts to a few tokens a step while it decoded: eight
+short prompts arriving together took 3× HF's time to first token. A full engine's step is
+the inter-token latency every decoder already accepts at full load.
+
+An unmeasured bucket is estimated from its neighbours: by the next larger measured one (an
+upper bound), else by scaling the largest smaller one with the rows (pessimistic); when not
+even the decoders' bucket or one next to it is known, prefill gets `min_tokens` and the step
+measures it. With no one decoding there is no one to stall, so prefill gets the whole step
+budget. The long prompt's time to first token is the price.
 """
 
 from __future__ import annotations
@@ -35,13 +41,15 @@ class PrefillPacer:
     max_tokens: int
     multiple: float | None = 1.6
     min_tokens: int = 8
+    reference_rows: int = 1
     seconds: dict[int, float] = field(default_factory=dict)
 
     def budget(self, decoders: int) -> int:
         """Prompt tokens the next step may feed next to `decoders` decoding sequences."""
         if decoders == 0 or self.multiple is None:
             return self.max_tokens
-        base = self.decoders_cost(_bucket(decoders))
+        reference = self.decoders_cost(_bucket(max(decoders, self.reference_rows)))
+        base = reference if reference is not None else self.decoders_cost(_bucket(decoders))
         if base is None:
             return self.min_tokens
         allowed = self.multiple * base
@@ -76,6 +84,12 @@ class PrefillPacer:
             below = max(smaller)
             return self.seconds[below] * bucket / below
         return None
+
+    def seed(self, seconds_by_rows: dict[int, float]) -> None:
+        """Step times measured elsewhere (the compiled graphs' warm-up), for the buckets this
+        pacer has not measured itself."""
+        for rows, seconds in seconds_by_rows.items():
+            self.seconds.setdefault(_bucket(rows), seconds)
 
     def observe(self, decoders: int, prefill_tokens: int, seconds: float) -> None:
         """Learn from a finished step: its time, under its row bucket."""

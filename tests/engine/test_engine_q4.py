@@ -12,7 +12,6 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from bench.weights_quality import TEXT, perplexity
-from inference.engine import SamplingParams
 from inference.engine.batch import PrefillChunk, StepBatch
 from inference.engine.kv_cache import KVCache
 from inference.engine.weights import choice
@@ -20,7 +19,7 @@ from inference.engine.weights.choice import build_runner
 from inference.engine.weights.layers import layer_linears
 from inference.engine.weights.q4 import GGUF_PARTS, read_q4_1, unpermute_rows
 from inference.provisioning import loading, model_source
-from tests.engine.helpers import WAIT, alone_and_together, hf_greedy, sharpen, tiny_config
+from tests.engine.helpers import alone_and_together, sharpen, tiny_config
 
 Q4_1 = gguf.GGMLQuantizationType.Q4_1
 ALWAYS_INT4 = 1 << 20
@@ -84,8 +83,11 @@ def test_unpermute_rows_undoes_llama_cpp_permutation() -> None:
     assert np.array_equal(permuted[unpermute_rows(96, 3).numpy()], rows)
 
 
-def test_q4_runner_matches_dense_on_q4_exact_weights(tmp_path, tokenizer, make_engine) -> None:
-    """float32: the int4 kernel's logits equal the dense model's, and greedy matches HF."""
+def test_q4_runner_matches_dense_on_q4_exact_weights(tmp_path) -> None:
+    """float32: the int4 kernel's logits are the dense model's to the rounding q4 adds (the
+    kernel's bf16 rows and scales, the int8 head: ~2% of the logits' norm), on both
+    packings, with the same next token. (Greedy continuations of this random model part
+    from HF's within a few tokens: its logits are chaotic, see the invariance test.)"""
     model, path = tiny_q4(tmp_path)
     prompt = list(range(200, 240))
     expected = model(torch.tensor([prompt])).logits[0, -1]
@@ -98,21 +100,16 @@ def test_q4_runner_matches_dense_on_q4_exact_weights(tmp_path, tokenizer, make_e
         batch = StepBatch(chunks=[PrefillChunk(slot, 0, prompt, needs_logits=True)])
         with torch.inference_mode():
             logits = runner.forward(batch, cache)[0]
-        torch.testing.assert_close(logits, expected.detach(), rtol=1e-4, atol=1e-3)
-    engine = make_engine(
-        model, tokenizer, runner=build_runner(model, "q4", path, ALWAYS_INT4), max_running=4
-    )
-    params = SamplingParams(max_new_tokens=16)
-    for prompt in ([5, 600, 7000], list(range(300, 320))):
-        result = engine.generate_batch([(None, prompt, params)], timeout=WAIT)[0]
-        assert result.token_ids == hf_greedy(model, prompt, 16)
+        error = (logits - expected.detach()).norm() / expected.norm()
+        assert error < 0.05, (max_rows, float(error))
+        assert int(logits.argmax()) == int(expected.argmax())
 
 
 @pytest.mark.parametrize("max_rows", [ALWAYS_INT4, 0], ids=["int4-kernel", "dense-packing"])
 def test_q4_batch_invariance(tmp_path, tokenizer, make_engine, max_rows) -> None:
     """bf16: a request's tokens do not depend on its companions, on either kernel.
 
-    Across the switch between them (a step's rows crossing INT4_MAX_ROWS) they may: the two
+    Across the switch between them (a step's rows crossing the measured limit) they may: the two
     kernels round differently (docs/engine.md, "Weight formats").
     """
     model, path = tiny_q4(tmp_path, torch.bfloat16)
@@ -128,8 +125,9 @@ def test_fallbacks_to_dense_are_logged_once(tmp_path, monkeypatch, caplog) -> No
         assert build_runner(model, "q4", None).weights == "bf16"
         monkeypatch.setattr(choice, "int4_kernel_missing", lambda: "no int4 kernel (test)")
         assert build_runner(model, "q4", path).weights == "bf16"
-        assert build_runner(model, "auto", path).weights == "bf16"
-        assert build_runner(model, "int8", path).weights == "bf16"
+        half = model.to(torch.float16)  # int8 takes bf16 rows (from bf16 or float32 models)
+        assert build_runner(half, "auto", path).weights == "bf16"
+        assert build_runner(half, "int8", path).weights == "bf16"
     messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == choice.__name__]
     assert len(messages) == 4
     assert messages[0][0] == logging.WARNING and "not the packaged GGUF" in messages[0][1]
@@ -152,11 +150,12 @@ def test_a_gguf_that_does_not_fit_falls_back(tmp_path, caplog) -> None:
 
 @pytest.mark.model
 def test_packaged_q4_perplexity_within_one_percent_of_bf16() -> None:
-    """SmolLM2 on tests/data/perplexity.txt, every position on the int4 kernel."""
+    """SmolLM2 on tests/data/perplexity.txt, every position on the int4 kernel (the int8
+    head), in the dtype this CPU runs it in."""
     missing = choice.int4_kernel_missing()
     if missing:
         pytest.skip(missing)
-    loaded = loading.load(None, "bfloat16")
+    loaded = loading.load(None, "auto")
     gguf_path = model_source.packaged_gguf()
     q4 = build_runner(loaded.model, "q4", gguf_path, max_rows=ALWAYS_INT4)
     assert q4.weights == "q4"

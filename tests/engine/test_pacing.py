@@ -69,3 +69,16 @@ def test_no_multiple_means_no_pacing() -> None:
     pacer = PrefillPacer(max_tokens=512, multiple=None)
     pacer.observe(31, 0, 0.05)
     assert pacer.budget(31) == 512
+
+
+def test_few_decoders_may_slow_to_a_full_engines_step() -> None:
+    """With one decoder, prompts fill the rows a full engine's step (32 decoders) allows,
+    once that step's cost is known (seeded from the compiled warm-up, measured later)."""
+    pacer = PrefillPacer(max_tokens=512, multiple=1.6, min_tokens=8, reference_rows=32)
+    pacer.observe(1, 0, step_seconds(1))
+    assert pacer.budget(1) == 8  # the full engine's step is not known yet: its own bucket
+    pacer.seed({rows: step_seconds(rows) for rows in (1, 2, 4, 8, 16, 32, 64)})
+    assert pacer.seconds[1] == step_seconds(1)  # its own measurement is kept
+    # 64 rows cost 0.055 s, within 1.6 × 0.040 (32 rows); 128 would be eager.
+    assert pacer.budget(1) == 63
+    assert pacer.budget(31) == 33  # a full engine is paced as before

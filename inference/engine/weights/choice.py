@@ -1,11 +1,13 @@
 """TANDEM_WEIGHTS: which weights the runner multiplies by, and the runner built on them.
 
 `bf16` is the model's own dense weights (in TANDEM_DTYPE's dtype, bfloat16 on CPUs that have
-it). `q4` reads the packaged GGUF's Q4_1 tensors into torch's int4 format. `int8` rounds the
-dense weights to int8 per output row for torch's int8 weight-only kernel (any model). `auto`
-is int8 when the model runs in bfloat16 on the CPU and torch has that kernel, bf16
-otherwise: q4 is faster still but changes greedy answers (docs/engine.md, "Weight
-formats"). A format that cannot be had falls back to bf16 and says why in one log line.
+it, float32 elsewhere). `q4` reads the packaged GGUF's Q4_1 tensors into torch's int4 format.
+`int8` rounds the dense weights to int8 per output row for torch's int8 weight-only kernel
+(any model). Either keeps the dense packing too and uses its weight-only kernel up to the
+row count where it stops winning, measured at start (`crossover.py`). `auto` is int8 when
+the model is on the CPU, torch has the kernel and it wins at one row here, bf16 otherwise:
+q4 is faster still but changes greedy answers (docs/engine.md, "Weight formats"). A format
+that cannot be had falls back to bf16 and says why in one log line.
 """
 
 from __future__ import annotations
@@ -17,17 +19,14 @@ import torch
 from transformers import PreTrainedModel
 
 from inference.engine.model_runner import LlamaRunner, runner_for
+from inference.engine.weights.crossover import set_max_rows, small_max_rows
 from inference.engine.weights.layers import LayerProjections, layer_linears, q4_projection
-from inference.engine.weights.projection import GROUP, Projection
+from inference.engine.weights.projection import GROUP, Projection, kernel_dtype
 from inference.engine.weights.q4 import read_layers
 
 log = logging.getLogger(__name__)
 
 CHOICES = ("auto", "bf16", "q4", "int8")
-# Largest row count of a step at which the int4 kernel beats the dense bf16 one over a
-# decoder layer (fused projections), measured by `python -m bench.linear_kernels`.
-INT4_MAX_ROWS = 8
-INT8_MAX_ROWS = 8
 
 
 def int4_kernel_missing() -> str | None:
@@ -48,15 +47,24 @@ def int8_missing(model: PreTrainedModel) -> str | None:
     parameter = next(model.parameters())
     if parameter.device.type != "cpu":
         return "the int8 kernel is the CPU one and the model is not on the CPU"
-    if parameter.dtype != torch.bfloat16:
+    dtype = kernel_dtype(parameter.dtype)
+    if dtype != torch.bfloat16:
         return f"int8 runs with bfloat16 activations and the model is in {parameter.dtype}"
     try:
-        x = torch.ones(1, 64, dtype=torch.bfloat16)
+        x = torch.ones(1, 64, dtype=dtype)
         weight = torch.ones(8, 64, dtype=torch.int8)
-        torch._weight_int8pack_mm(x, weight, torch.ones(8, dtype=torch.bfloat16))
+        torch._weight_int8pack_mm(x, weight, torch.ones(8, dtype=dtype))
     except (AttributeError, RuntimeError, NotImplementedError) as exc:
         return f"torch {torch.__version__} has no int8 CPU kernel here ({exc})"
     return None
+
+
+def int8_head(model: PreTrainedModel) -> Projection:
+    """The lm_head rounded to int8 per vocabulary row: at one row of a float32 model it is the
+    largest single matmul of the step (49,152 × 576 for SmolLM2, 113 MB read per token)."""
+    head = model.lm_head
+    bias = None if head.bias is None else head.bias.detach()
+    return Projection.from_dense_int8(head.weight.detach(), bias, 0)
 
 
 def int8_layers(model: PreTrainedModel, max_rows: int) -> list[LayerProjections]:
@@ -92,10 +100,31 @@ def q4_layers(model: PreTrainedModel, gguf: Path, max_rows: int) -> list[LayerPr
     return layers
 
 
+def with_crossover(
+    layers: list[LayerProjections], head: Projection, weights: str, max_rows: int | None
+) -> int:
+    """Sets the layers' and head's weight-only kernel limit: `max_rows`, or the measured
+    crossover; returns it."""
+    if max_rows is None:
+        max_rows, ratios = small_max_rows(layers[0])
+        log.info(
+            "weights %s: weight-only kernel up to %d rows (its time / dense by rows: %s)",
+            weights,
+            max_rows,
+            ratios,
+        )
+    set_max_rows(layers, max_rows)
+    head.max_rows = max_rows
+    return max_rows
+
+
 def build_runner(
     model: PreTrainedModel, setting: str, gguf: Path | None, max_rows: int | None = None
 ) -> LlamaRunner:
-    """The runner on the weights TANDEM_WEIGHTS asks for, falling back to bf16 with a log line."""
+    """The runner on the weights TANDEM_WEIGHTS asks for, falling back to bf16 with a log line.
+
+    `max_rows` fixes the weight-only kernel's row limit (tests); None measures it here.
+    """
     setting = (setting or "auto").strip().lower()
     if setting not in CHOICES:
         raise ValueError(f"TANDEM_WEIGHTS must be one of {', '.join(CHOICES)}, not {setting!r}.")
@@ -104,16 +133,19 @@ def build_runner(
     if setting in ("auto", "int8"):
         missing = int8_missing(model)
         if missing is None:
-            rows = INT8_MAX_ROWS if max_rows is None else max_rows
-            return LlamaRunner(model, int8_layers(model, rows), weights="int8")
+            layers, head = int8_layers(model, 0), int8_head(model)
+            if with_crossover(layers, head, "int8", max_rows) > 0 or setting == "int8":
+                return LlamaRunner(model, layers, weights="int8", head=head)
+            missing = "its kernel is slower than the dense one at every row count here"
         level = logging.WARNING if setting == "int8" else logging.INFO
         log.log(level, "weights: int8 unavailable, using the dense weights: %s", missing)
         return runner_for(model)
     missing = q4_missing(model, gguf)
     if missing is None and gguf is not None:
         try:
-            rows = INT4_MAX_ROWS if max_rows is None else max_rows
-            return LlamaRunner(model, q4_layers(model, gguf, rows), weights="q4")
+            layers, head = q4_layers(model, gguf, 0), int8_head(model)
+            with_crossover(layers, head, "q4", max_rows)
+            return LlamaRunner(model, layers, weights="q4", head=head)
         except (ValueError, OSError) as exc:
             missing = f"{gguf.name} does not fit the model: {exc}"
     level = logging.WARNING if setting == "q4" else logging.INFO

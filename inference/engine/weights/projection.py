@@ -78,13 +78,13 @@ class Projection:
     ) -> Projection:
         """Pack Q4_1 blocks for torch's kernel, which computes (q − 8)·scale + zero per group.
 
-        So scale = d and zero = m + 8d, held in the compute dtype (the kernel wants the
-        activations' dtype): in bfloat16 they round to 8 bits of mantissa, in float32 the
-        packed weights are the GGUF's exactly. The dense packing is built from the same
-        rounded scale and zero, so both kernels multiply by the same weights.
+        So scale = d and zero = m + 8d, held in the kernel's activation dtype
+        (`kernel_dtype`: bfloat16, also under a float32 model), so rounded to 8 bits of
+        mantissa. The dense packing (in the compute dtype) is built from the same rounded
+        scale and zero, so both kernels multiply by the same weights.
         """
-        scales = matrix.scales.to(dtype)
-        zeros = (matrix.mins + ZERO_POINT * matrix.scales).to(dtype)
+        scales = matrix.scales.to(kernel_dtype(dtype))
+        zeros = (matrix.mins + ZERO_POINT * matrix.scales).to(kernel_dtype(dtype))
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(matrix.q.to(torch.int32), 1)
         scales_and_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
         rounded = Q4Matrix(matrix.q, scales.float(), zeros.float() - ZERO_POINT * scales.float())
@@ -98,13 +98,13 @@ class Projection:
         """Symmetric int8 per output row, for torch's int8 weight-only kernel.
 
         Half of bf16's bytes with a rounding error of ~1% of a row's largest weight / 254
-        per weight; the dense packing holds the same rounded values, so both kernels
-        multiply by the same weights.
+        per weight; the dense packing holds the same rounded values (scales as the kernel
+        holds them, in `kernel_dtype`), so both kernels multiply by the same weights.
         """
         w = weight.float()
         scales = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
         q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
-        scales = scales.to(weight.dtype)
+        scales = scales.to(kernel_dtype(weight.dtype))
         dense = (q.float() * scales.float()[:, None]).to(weight.dtype)
         return cls(dense, bias, ("int8", (q, scales)), max_rows)
 
@@ -125,16 +125,32 @@ class Projection:
         return self.dense_mm(x)
 
 
+def kernel_dtype(compute: torch.dtype) -> torch.dtype:
+    """The activations' dtype for the weight-only kernels under a model in `compute`.
+
+    torch's int4/int8 CPU kernels are fast only on bfloat16 (or half) activations: on
+    float32 ones they take a slow path (10–30× the bf16 time, measured on an AVX-512 Xeon
+    without native bf16). So a float32 model hands them its rows in bfloat16 and takes the
+    result back in float32; the rest of the model stays float32.
+    """
+    return torch.bfloat16 if compute == torch.float32 else compute
+
+
 def small_kernel(
     x: torch.Tensor,
     kind: str,
     packing: tuple[torch.Tensor, torch.Tensor],
     bias: torch.Tensor | None,
 ) -> torch.Tensor:
-    """torch's int4 (group 32) or int8 (per row) weight-only matmul, plus the bias."""
+    """torch's int4 (group 32) or int8 (per row) weight-only matmul, plus the bias.
+
+    The rows go in the packing's dtype (its scales'), the result comes back in theirs.
+    """
     weight, scales = packing
+    rows = x.to(scales.dtype)
     if kind == "int4":
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, weight, GROUP, scales)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, weight, GROUP, scales)
     else:
-        y = torch._weight_int8pack_mm(x, weight, scales)
+        y = torch._weight_int8pack_mm(rows, weight, scales)
+    y = y.to(x.dtype)
     return y if bias is None else y + bias
