@@ -149,6 +149,7 @@ def test_a_gguf_that_does_not_fit_falls_back(tmp_path, caplog) -> None:
 
 
 @pytest.mark.model
+@pytest.mark.timeout(900)
 def test_packaged_q4_perplexity_within_one_percent_of_bf16() -> None:
     """SmolLM2 on tests/data/perplexity.txt, every position on the int4 kernel (the int8
     head), in the dtype this CPU runs it in."""
