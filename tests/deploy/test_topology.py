@@ -10,9 +10,13 @@ closes A's parts as interrupted with the text they had.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
+from urllib.parse import urlsplit
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
@@ -22,6 +26,7 @@ from media.sweeper import TEXT_ORPHANED
 from tests.chaos.conftest import Visitor, make_visitor, seconds_between, wait_terminal
 from tests.chat_ui.conftest import Chat
 from tests.deploy.conftest import HEARTBEAT_TTL, SUMMARIES, WebHost
+from tests.support.network import Host
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.browser
@@ -41,6 +46,37 @@ def open_on(page: Page, web: WebHost, visitor: Visitor, conversation: Conversati
 def owned_by(part: Part, web: WebHost) -> bool:
     """Whether `web`'s process streamed the part (its heartbeat owner is host:pid:nonce)."""
     return f":{web.service.pid}:" in part.stream_owner
+
+
+REACH = """
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    with socket.socket() as sock:
+        sock.settimeout(2)
+        print(target, sock.connect_ex((host, int(port))) == 0)
+"""
+
+
+def reachable_from(host: Host, *targets: str) -> dict[str, bool]:
+    """Which host:port targets accept a TCP connection from a process on `host`."""
+    argv = host.command([sys.executable, "-c", REACH, *targets])
+    output = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
+    return {line.split()[0]: line.split()[1] == "True" for line in output.splitlines()}
+
+
+def test_the_hosts_reach_each_other_over_the_bridge_and_not_the_machines_loopback(stack, web_b):
+    if not stack.topology.namespaced:
+        pytest.skip(f"no network namespaces here: {stack.topology.fallback_reason}")
+    redis_port = urlsplit(settings.REDIS_URL).port or 6379
+    targets = [
+        f"{stack.topology.service_address}:{stack.redis.port}",
+        f"{stack.topology.service_address}:{stack.postgres.port}",
+        f"{web_b.host.address}:{web_b.port}",
+        f"127.0.0.1:{redis_port}",  # the machine's own Redis: not on this host's network
+    ]
+    seen = reachable_from(stack.host("worker"), *targets)
+    assert seen == dict(zip(targets, [True, True, True, False], strict=True)), seen
 
 
 def test_a_turn_on_web_host_a_is_followed_live_in_a_tab_on_web_host_b(web_a, web_b, page):
