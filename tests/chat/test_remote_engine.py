@@ -85,10 +85,12 @@ def shown_text(events) -> str:
     return text
 
 
-def running_requests(engine_box) -> float:
+def running_requests(engine_box, gauge: str = "running") -> float:
+    """The engine box's gauge of requests decoding (or `waiting`) now, from its /metrics."""
     with urllib.request.urlopen(f"{engine_box.url}/metrics", timeout=10) as response:
         body = response.read().decode()
-    return float(re.search(r"^tandem_engine_running_requests (\S+)$", body, re.M).group(1))
+    line = rf"^tandem_engine_{gauge}_requests (\S+)$"
+    return float(re.search(line, body, re.M).group(1))
 
 
 def test_a_reply_streams_from_the_engine_box_as_from_a_local_engine(
