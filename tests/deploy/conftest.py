@@ -34,7 +34,7 @@ from tests.support.processes import (
     wait_until,
 )
 
-HOST_NAMES = ["web-a", "web-b", "worker"]
+HOST_NAMES = ["web-a", "web-b", "worker", "engine"]
 HEARTBEAT_TTL = 3  # seconds: a killed web process's parts are interrupted a few seconds later
 SUMMARIES: list[str] = []
 
@@ -92,10 +92,11 @@ class Stack:
     def host(self, name: str) -> Host:
         return self.topology.hosts[name]
 
-    def start_web(self, host: str, name: str, **env: str) -> WebHost:
-        """Start Daphne on `host`'s address; return once its /health says ready."""
+    def start_web(self, host: str, name: str, port: int | None = None, **env: str) -> WebHost:
+        """Start Daphne on `host`'s address (`port` again is a restart); return once its
+        /health says ready."""
         on = self.host(host)
-        port = on.port()
+        port = port or on.port()
         endpoint = f"tcp:port={port}:interface={on.address}:backlog=1024"
         argv = on.command([str(BIN / "daphne"), "-e", endpoint, "config.asgi:application"])
         service = Service(name, argv, child_env(**{**self.env, **env}), self.logs)
@@ -169,7 +170,7 @@ def stack(topology, tmp_path_factory) -> Iterator[Stack]:
         redis.stop()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def orm_on_stack(stack, django_db_blocker) -> Iterator[None]:
     """Point this process's ORM at the hosts' database for one test.
 
@@ -228,6 +229,23 @@ def hosts(stack) -> Iterator[Hosts]:
 @pytest.fixture
 def web_b(hosts) -> WebHost:
     return hosts.web_b
+
+
+@pytest.fixture
+def started(stack) -> Iterator[Callable[..., WebHost]]:
+    """Start Daphnes on hosts for one scenario (Stack.start_web); all stopped at its end."""
+    servers: list[WebHost] = []
+
+    def start(host: str, name: str, port: int | None = None, **env: str) -> WebHost:
+        server = stack.start_web(host, name, port, **env)
+        servers.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.service.stop()
 
 
 @pytest.fixture

@@ -1,10 +1,13 @@
-"""Tandem across a real network: two web hosts, a worker host, Redis and PostgreSQL on the
-bridge, Chromium in the root namespace (tests/deploy/conftest.py, docs/deploy.md).
+"""Tandem across a real network: two web hosts, a worker host, an engine host, Redis and
+PostgreSQL on the bridge, Chromium in the root namespace (tests/deploy/conftest.py,
+docs/deploy.md).
 
-What a single-machine test cannot show: the channel layer, the live text tail and the
-heartbeats really cross hosts. A reply streamed by web host A is followed live by a tab on
-web host B, and when A dies mid-stream, B keeps serving while the worker host's sweeper
-closes A's parts as interrupted with the text they had.
+What a single-machine test cannot show: the channel layer, the live text tail, the heartbeats
+and the remote engine's stream really cross hosts. A reply streamed by web host A is followed
+live by a tab on web host B; when A dies mid-stream, B keeps serving while the worker host's
+sweeper closes A's parts as interrupted with the text they had; when the engine host dies, the
+web host's part ends interrupted, the next turn fails saying why, and a restarted engine host
+serves again.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from urllib.parse import urlsplit
 
 import pytest
@@ -25,11 +29,11 @@ from media.models import SweeperAction
 from media.sweeper import TEXT_ORPHANED
 from tests.chaos.conftest import Visitor, make_visitor, seconds_between, wait_terminal
 from tests.chat_ui.conftest import Chat
-from tests.deploy.conftest import HEARTBEAT_TTL, SUMMARIES, WebHost
+from tests.deploy.conftest import HEARTBEAT_TTL, SUMMARIES, WebHost, side_by_side
 from tests.support.network import Host
 from tests.support.processes import wait_until
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("orm_on_stack")]
 
 PROMPT = "Tell me about lighthouses."
 INTERRUPT_BOUND = HEARTBEAT_TTL + 15.0  # seconds from the kill until A's parts are interrupted
@@ -155,4 +159,64 @@ def test_web_host_a_killed_mid_stream_b_keeps_serving_and_the_sweeper_interrupts
         f"({[len(p.text) for p in final]} characters) {max(to_interrupted):.1f} s after the "
         f"kill (heartbeat TTL {HEARTBEAT_TTL} s); B's tab showed it after {page_showed:.1f} s "
         f"and B served the next turn"
+    )
+
+
+ENGINE_HOST = {
+    "TANDEM_ROLE": "engine",
+    "TANDEM_ENGINE_SOURCE": "synthetic",
+    "TANDEM_SYNTHETIC_TOKENS_PER_S": "20",
+}
+
+
+def test_the_engine_host_killed_mid_stream_then_down_then_back(stack, hosts, started, page):
+    engine_host = stack.host("engine")
+    port = engine_host.port()
+    # Side by side: a web process with remote engines is ready without them (docs/deploy.md).
+    engine, web = side_by_side(
+        partial(started, "engine", "daphne-engine", port=port, **ENGINE_HOST),
+        partial(
+            started,
+            "web-a",
+            "daphne-web-a-remote",
+            TANDEM_ENGINE=f"http://{engine_host.address}:{port}",
+            TANDEM_CHAT_MAX_NEW_TOKENS="80",
+            TANDEM_ENGINE_STALL_TIMEOUT="10",
+        ),
+    )
+    visitor = make_visitor("topology")
+    chat = open_on(page, web, visitor, visitor.conversation())
+
+    chat.send(PROMPT)
+    chat.wait_text(40)
+    dropped = chat.part_id(chat.text_part)
+    seen = chat.raw_text(dropped)
+    engine.service.kill(signal.SIGKILL)
+    killed = time.monotonic()
+    assert chat.wait_final(chat.text_part, timeout=30_000) == "interrupted"
+    page_showed = time.monotonic() - killed
+    part = Part.objects.get(pk=dropped)
+    assert part.state == Part.State.INTERRUPTED and part.text.startswith(seen), part.text
+    assert "dropped" in part.error or "ended before the reply did" in part.error, part.error
+    assert chat.raw_text(dropped) == part.text
+
+    # With its engine down, the next turn fails at once and says why, on the page too.
+    chat.send("Are you still there?")
+    assert chat.wait_final(chat.text_part, timeout=30_000) == "failed"
+    refused = Part.objects.get(pk=chat.part_id(chat.text_part))
+    assert "no engine could take this reply" in refused.error, refused.error
+    assert engine.host.address in refused.error, refused.error
+    expect(chat.text_part.locator(".part-status")).to_contain_text("no engine could take")
+
+    # The engine host comes back at the same address: the next turn streams from it again.
+    back = started("engine", "daphne-engine-restarted", port=engine.port, **ENGINE_HOST)
+    chat.send("And now?")
+    assert chat.wait_final(chat.text_part) == "succeeded"
+    answered = Part.objects.get(pk=chat.part_id(chat.text_part))
+    assert answered.text and back.service.alive()
+    SUMMARIES.append(
+        f"engine host {engine.host.address} killed mid-stream: the part interrupted with "
+        f"{len(part.text)} characters kept, shown after {page_showed:.1f} s; the next turn "
+        f"failed with {refused.error!r}; after the restart a turn streamed "
+        f"{len(answered.text)} characters"
     )
