@@ -169,7 +169,7 @@ def stack(topology, tmp_path_factory) -> Iterator[Stack]:
         redis.stop()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def orm_on_stack(stack, django_db_blocker) -> Iterator[None]:
     """Point this process's ORM at the hosts' database for one test.
 

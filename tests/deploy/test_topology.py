@@ -29,7 +29,7 @@ from tests.deploy.conftest import HEARTBEAT_TTL, SUMMARIES, WebHost
 from tests.support.network import Host
 from tests.support.processes import wait_until
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("orm_on_stack")]
 
 PROMPT = "Tell me about lighthouses."
 INTERRUPT_BOUND = HEARTBEAT_TTL + 15.0  # seconds from the kill until A's parts are interrupted
