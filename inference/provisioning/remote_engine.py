@@ -134,6 +134,8 @@ def request_body(messages: list[dict], params: SamplingParams) -> dict:
     }
     if settings.TANDEM_ENGINE_SEND_REPETITION_PENALTY and params.repetition_penalty != 1.0:
         body["repetition_penalty"] = params.repetition_penalty  # Tandem, vLLM and TGI take it
+    if params.ignore_eos:
+        body["ignore_eos"] = True  # benchmarks only (bench/remote_engine.py), as vLLM takes it
     return body
 
 
@@ -179,6 +181,23 @@ class RemoteEngine:
         )
         listener = asyncio.get_running_loop().create_task(self._listen())
         self._background.add(listener)
+
+    def close(self) -> None:
+        """End every stream and the listener, close the client, stop the loop (a test's or a
+        benchmark's engine; a web process keeps its own until it exits)."""
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+
+    async def _close(self) -> None:
+        tasks = [*self._background, *self._tasks.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._client.aclose()
 
     def order(self, affinity: int) -> list[Replica]:
         """Replicas to try for a conversation: its own first, then the next ones around."""

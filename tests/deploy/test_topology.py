@@ -162,8 +162,10 @@ def test_web_host_a_killed_mid_stream_b_keeps_serving_and_the_sweeper_interrupts
     )
 
 
+ENGINE_KEY = "topology-engine-key"
 ENGINE_HOST = {
     "TANDEM_ROLE": "engine",
+    "TANDEM_API_KEYS": ENGINE_KEY,
     "TANDEM_ENGINE_SOURCE": "synthetic",
     "TANDEM_SYNTHETIC_TOKENS_PER_S": "20",
 }
@@ -180,6 +182,7 @@ def test_the_engine_host_killed_mid_stream_then_down_then_back(stack, hosts, sta
             "web-a",
             "daphne-web-a-remote",
             TANDEM_ENGINE=f"http://{engine_host.address}:{port}",
+            TANDEM_ENGINE_API_KEY=ENGINE_KEY,
             TANDEM_CHAT_MAX_NEW_TOKENS="80",
             TANDEM_ENGINE_STALL_TIMEOUT="10",
         ),
