@@ -393,7 +393,7 @@ class RemoteEngine:
         while True:
             try:
                 client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-                async with client.pubsub() as pubsub:
+                async with client, client.pubsub() as pubsub:
                     await pubsub.subscribe(self.cancel_channel)
                     async for message in pubsub.listen():
                         if message["type"] == "message":
