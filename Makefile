@@ -8,7 +8,7 @@ export DEBUG ?= 1
 export PATH := $(BIN):$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test chaos soak setup venv redis migrate lint lock model bench clean-venv
+.PHONY: run run-split test chaos soak setup venv redis migrate lint lock model bench clean-venv
 
 run: setup model
 	@$(BIN)/python manage.py create_dev_login
@@ -17,6 +17,15 @@ run: setup model
 	@echo "  (web = daphne, worker = celery -Q media, beat = celery beat; Ctrl-C stops all)"
 	@echo
 	$(BIN)/honcho start
+
+# Web ×WEB behind one engine box (docs/deploy.md): web on 8001…, the engine on 8101.
+WEB ?= 3
+run-split: setup model
+	@$(BIN)/python manage.py create_dev_login
+	@echo
+	@echo "  Tandem: $(WEB) web processes on 127.0.0.1:8001.. and one engine on :8101 (docs/deploy.md)"
+	@echo
+	$(BIN)/honcho -f Procfile.split start -c web=$(WEB) -p 8001
 
 # The suite uses Redis database 15 so that a `make run` on database 0 never shares its queues.
 # `make test` is every test: the ordinary ones, then the chaos scenarios (each run once).

@@ -45,6 +45,17 @@ def user_words(reply: Message) -> str:
     return asked.text if asked else ""
 
 
+def system_message(system_prompt: str) -> list[dict]:
+    """The conversation's system prompt as the first chat message; none when it is empty."""
+    return [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
+
+
+def messages(conversation_id: int, up_to_position: int, system_prompt: str) -> list[dict]:
+    """The whole prompt as chat messages, for a remote engine (its server applies the
+    template and refuses what its context cannot hold)."""
+    return system_message(system_prompt) + transcript(conversation_id, up_to_position)
+
+
 def build(
     tokenizer, conversation_id: int, up_to_position: int, budget: int, system_prompt: str
 ) -> Prompt:
@@ -56,7 +67,7 @@ def build(
     from inference.provisioning.prompting import chat_prompt_ids
 
     turns = transcript(conversation_id, up_to_position)
-    system = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
+    system = system_message(system_prompt)
     dropped = 0
     while True:
         ids = chat_prompt_ids(tokenizer, system + turns[dropped:])

@@ -12,6 +12,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
@@ -26,11 +27,14 @@ from media.services import image_cancel, image_enqueue
 
 if TYPE_CHECKING:  # the engine (torch) is imported lazily: Celery workers never need it
     from inference.engine import Engine
+    from inference.provisioning.remote_engine import RemoteEngine
 
 log = logging.getLogger(__name__)
 # Turns of this process are admitted one at a time, from the limit checks until the text is in
 # the engine's queue: concurrent requests would otherwise all pass the checks at once (200 at
-# once let 112 through a per-user limit of 3 and past the engine's waiting places).
+# once let 112 through a per-user limit of 3 and past the engine's waiting places). Across web
+# processes, the user's row is locked (SELECT ... FOR UPDATE; SQLite's BEGIN IMMEDIATE locks the
+# whole file) from the checks until the turn's rows are committed: see `admit`.
 ADMISSION = threading.Lock()
 
 
@@ -54,12 +58,19 @@ def turns_in_flight(user) -> int:
     )
 
 
-def current_engine() -> Engine | None:
-    """This process's engine, None while it loads."""
-    return model_runtime.engine
+def current_engine() -> Engine | RemoteEngine | None:
+    """Where this process's text comes from: its engine (None while it loads) or, with
+    TANDEM_ENGINE set to URLs, the remote engines' client."""
+    return model_runtime.remote or model_runtime.engine
 
 
-def check_turn(user, text: str, engine: Engine | None) -> None:
+def admit(user) -> None:
+    """Inside the turn's transaction: wait for the user's other turns in any web process to
+    commit, so the in-flight count that follows sees them."""
+    get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+
+
+def check_turn(user, text: str, engine: Engine | RemoteEngine | None) -> None:
     """Refuse before anything is written: bad input, too many turns, no engine, busy engine."""
     text = text.strip()
     if not text:
@@ -73,8 +84,12 @@ def check_turn(user, text: str, engine: Engine | None) -> None:
     check_capacity(user, engine)
 
 
-def check_capacity(user, engine: Engine | None) -> None:
-    """Refuse a new reply (a turn's or a regeneration's) the user or the engine has no room for."""
+def check_capacity(user, engine: Engine | RemoteEngine | None) -> None:
+    """Refuse a new reply (a turn's or a regeneration's) the user or the engine has no room for.
+
+    A remote engine admits or refuses (429/503) each stream itself: its refusal fails the part
+    with the same words as the local refusal here.
+    """
     if turns_in_flight(user) >= settings.TANDEM_MAX_TURNS_IN_FLIGHT:
         raise TurnRefused(
             429,
@@ -84,6 +99,8 @@ def check_capacity(user, engine: Engine | None) -> None:
         )
     if engine is None:
         raise TurnRefused(503, "The model is still loading; try again in a few seconds.", 5)
+    if engine is model_runtime.remote:
+        return
     stats = engine.stats()
     if stats.waiting >= engine.config.max_waiting:
         raise TurnRefused(429, "The engine is busy right now; try again in a few seconds.", 5)
@@ -111,7 +128,8 @@ def turn_create(
     engine = current_engine()
     check_turn(user, text, engine)  # the common refusals, before queueing for the admission lock
     with log_ids_scope(), ADMISSION, transaction.atomic():
-        check_turn(user, text, engine)  # again: no other turn of this process is half-way now
+        admit(user)
+        check_turn(user, text, engine)  # again: no other turn of this user is half-way now
         if conversation is None:
             conversation = Conversation.objects.create(owner=user, **(new_settings or {}))
         else:
@@ -150,10 +168,12 @@ def turn_create(
     return reply
 
 
-def text_start(engine: Engine, part: Part) -> None:
+def text_start(engine: Engine | RemoteEngine, part: Part) -> None:
     """Build the prompt and submit it; the writer thread streams the result.
 
-    `part.message` (the caller's reply) gets `history_truncated` as saved.
+    A local engine gets the prompt's token ids (old turns dropped to fit its context: then
+    `part.message`, the caller's reply, gets `history_truncated` as saved); a remote one gets
+    the turns as chat messages, and its server applies the template and the context limit.
     """
     # Imported here: they load torch, which Celery workers importing this module never need.
     from chat import text_stream
@@ -163,17 +183,22 @@ def text_start(engine: Engine, part: Part) -> None:
     message = part.message
     conversation = Conversation.objects.get(pk=message.conversation_id)
     params = chat_sampling(conversation)
-    budget = engine.max_seq_len - params.max_new_tokens
-    prompt = history.build(
-        engine.tokenizer,
-        conversation.pk,
-        message.position,
-        budget,
-        conversation.effective_settings()["system_prompt"],
-    )
-    if prompt.truncated:
-        Message.objects.filter(pk=message.pk).update(history_truncated=True)
-        message.history_truncated = True
+    system_prompt = conversation.effective_settings()["system_prompt"]
+    remote = engine is model_runtime.remote
+    if remote:
+        prompt = history.messages(conversation.pk, message.position, system_prompt)
+    else:
+        built = history.build(
+            engine.tokenizer,
+            conversation.pk,
+            message.position,
+            engine.max_seq_len - params.max_new_tokens,
+            system_prompt,
+        )
+        prompt = built.token_ids
+        if built.truncated:
+            Message.objects.filter(pk=message.pk).update(history_truncated=True)
+            message.history_truncated = True
     request_id = f"part-{part.pk}-{uuid.uuid4().hex[:8]}"
     started = part_transition(
         part.pk,
@@ -186,13 +211,12 @@ def text_start(engine: Engine, part: Part) -> None:
         return
     text_stream.writer.ensure_running()
     live_text.reset(part.pk)
+    on_event = text_stream.writer.callback(started, message.conversation_id)
+    if remote:
+        engine.submit(prompt, params, on_event, request_id, affinity=conversation.pk)
+        return
     try:
-        engine.submit(
-            prompt.token_ids,
-            params,
-            on_event=text_stream.writer.callback(started, message.conversation_id),
-            request_id=request_id,
-        )
+        engine.submit(prompt, params, on_event=on_event, request_id=request_id)
     except EngineError as exc:
         part_transition(
             part.pk,
@@ -213,6 +237,7 @@ def reply_regenerate(user, message: Message) -> Message:
     engine = current_engine()
     check_capacity(user, engine)
     with log_ids_scope(), ADMISSION, transaction.atomic():
+        admit(user)
         check_capacity(user, engine)
         message = Message.objects.select_for_update().get(pk=message.pk)
         refuse_while_unfinished(message)

@@ -1,4 +1,7 @@
-"""Streaming a text part from the in-process engine to the database and the browsers.
+"""Streaming a text part from the engine to the database and the browsers.
+
+The events come from the in-process engine or, with TANDEM_ENGINE set to URLs, from
+`inference.provisioning.remote_engine`, which makes the same events out of an OpenAI stream.
 
 The engine calls back on its own thread and must never wait, so events go into a queue that
 one writer thread per web process drains: it numbers each text piece, appends it to the live
@@ -48,6 +51,7 @@ FINAL_STATE = {
     FinishReason.STOP_SEQUENCE: Part.State.SUCCEEDED,
     FinishReason.CANCELLED: Part.State.CANCELLED,
     FinishReason.ERROR: Part.State.FAILED,
+    FinishReason.INTERRUPTED: Part.State.INTERRUPTED,
 }
 
 
@@ -138,7 +142,7 @@ class TextStreamWriter:
                 self._retry_ends()
 
     def _handle(self, live: LivePart, event: EngineEvent, emitted: float) -> None:
-        if event.token_id is not None and event.index == 0:
+        if event.index == 0 and (event.token_id is not None or event.text):  # remote: no ids
             live.unsaved["first_token_at"] = timezone.now()
             self._save(live)
         if event.text:

@@ -1,8 +1,10 @@
 """ASGI entry point: Django for HTTP, Channels consumers for WebSocket.
 
 The model starts loading in a background thread here, in the web process only, so that
-management commands and Celery workers never pay for it; the process also starts beating
-its heartbeat, which the sweeper reads to find text parts of a web process that died.
+management commands and Celery workers never pay for it (with TANDEM_ENGINE set to URLs the
+runtime loads none and streams from those engines); a chat process also starts beating its
+heartbeat, which the sweeper reads to find text parts of a web process that died. An
+engine-only process (TANDEM_ROLE=engine) streams no text parts and serves no WebSocket.
 """
 
 import os
@@ -15,6 +17,7 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from chat import heartbeat  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
@@ -22,13 +25,11 @@ from config.request_id import RequestIdASGIMiddleware  # noqa: E402
 from inference.provisioning import runtime, startup  # noqa: E402
 
 runtime.start_background_load(startup.start_engine)
-heartbeat.start()
+protocols = {"http": RequestIdASGIMiddleware(django_asgi_app)}
+if settings.TANDEM_ROLE == "all":
+    heartbeat.start()
+    protocols["websocket"] = RequestIdASGIMiddleware(
+        AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+    )
 
-application = ProtocolTypeRouter(
-    {
-        "http": RequestIdASGIMiddleware(django_asgi_app),
-        "websocket": RequestIdASGIMiddleware(
-            AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
-        ),
-    }
-)
+application = ProtocolTypeRouter(protocols)

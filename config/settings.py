@@ -295,6 +295,34 @@ TANDEM_ENGINE_SOURCE = env_str("TANDEM_ENGINE_SOURCE", "model")
 if TANDEM_ENGINE_SOURCE not in ("model", "synthetic"):
     raise ImproperlyConfigured("TANDEM_ENGINE_SOURCE must be model or synthetic.")
 TANDEM_SYNTHETIC_TOKENS_PER_S = env_float("TANDEM_SYNTHETIC_TOKENS_PER_S", 20.0)
+# Where the chat's text comes from (docs/deploy.md): `local`, the engine in this process, or
+# one or more OpenAI-compatible base URLs (comma separated; replicas, sticky per conversation)
+# that the text streams from, with an optional bearer key. Remote, this process loads no model.
+# A stream quiet for TANDEM_ENGINE_STALL_TIMEOUT s is interrupted (its text kept).
+TANDEM_ENGINE = env_str("TANDEM_ENGINE", "local").strip()
+TANDEM_ENGINE_URLS = (
+    []
+    if TANDEM_ENGINE.lower() == "local"
+    else [url.rstrip("/") for url in env_list("TANDEM_ENGINE", [])]
+)
+if any(not url.startswith(("http://", "https://")) for url in TANDEM_ENGINE_URLS):
+    raise ImproperlyConfigured(
+        f"TANDEM_ENGINE must be local or http(s) base URLs, not {TANDEM_ENGINE!r}."
+    )
+TANDEM_ENGINE_API_KEY = env_str("TANDEM_ENGINE_API_KEY", "")
+TANDEM_ENGINE_STALL_TIMEOUT = env_float("TANDEM_ENGINE_STALL_TIMEOUT", 30.0)
+TANDEM_ENGINE_CONNECT_TIMEOUT = env_float("TANDEM_ENGINE_CONNECT_TIMEOUT", 5.0)
+# The model name sent upstream; empty asks each URL's /v1/models. The repetition penalty goes as
+# an extra field (Tandem, vLLM and TGI take it); 0 for a server that refuses unknown fields.
+TANDEM_ENGINE_MODEL = env_str("TANDEM_ENGINE_MODEL", "")
+TANDEM_ENGINE_SEND_REPETITION_PENALTY = env_bool("TANDEM_ENGINE_SEND_REPETITION_PENALTY", True)
+# What this process serves: `all` (the chat, its admin and the engine) or `engine` (only the
+# engine's TGI/OpenAI APIs, /health and /metrics: one engine box behind many web processes).
+TANDEM_ROLE = env_str("TANDEM_ROLE", "all").lower()
+if TANDEM_ROLE not in ("all", "engine"):
+    raise ImproperlyConfigured(f"TANDEM_ROLE must be all or engine, not {TANDEM_ROLE!r}.")
+if TANDEM_ROLE == "engine" and TANDEM_ENGINE_URLS:
+    raise ImproperlyConfigured("TANDEM_ROLE=engine serves its own engine: TANDEM_ENGINE=local.")
 # The engine's capacity: sequences decoded together, requests allowed to wait, tokens fed per
 # step (bounds how long one step, and so everyone's next token, can take), and the longest
 # sequence a KV slot holds (the model's context window caps it too).

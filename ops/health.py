@@ -1,4 +1,10 @@
-"""GET /health: database, Redis and model state; 503 until every one of them is usable."""
+"""GET /health: database, Redis and model state; 503 until every one of them is usable.
+
+With remote engines (TANDEM_ENGINE=URLs) the model is `remote` and each engine is probed now
+(GET /v1/models, TANDEM_HEALTH_TIMEOUT): its reachability, last error and latency are shown,
+but they do not make this process unready: it still serves every page, and a reply that no
+engine takes fails with the reason.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,15 @@ from django.views.decorators.http import require_GET
 
 from inference.provisioning.runtime import model_runtime
 
-MODEL_OK = {"ready", "disabled"}
+MODEL_OK = {"ready", "disabled", "remote"}
+
+
+def check_model() -> dict[str, object]:
+    """The runtime's state; remote engines are probed first, so their states are current."""
+    remote = model_runtime.remote
+    if remote is not None:
+        remote.probe(settings.TANDEM_HEALTH_TIMEOUT)
+    return model_runtime.snapshot()
 
 
 def check_database() -> dict[str, str]:
@@ -43,7 +57,7 @@ def check_redis() -> dict[str, str]:
 @require_GET
 def health(request):
     """Readiness for load balancers and for people: every component with its state."""
-    components = {"db": check_database(), "redis": check_redis(), "model": model_runtime.snapshot()}
+    components = {"db": check_database(), "redis": check_redis(), "model": check_model()}
     ready = (
         components["db"]["state"] == "ok"
         and components["redis"]["state"] == "ok"

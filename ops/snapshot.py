@@ -18,7 +18,7 @@ from chat.states import message_status
 from inference.provisioning.recent_stats import recent_stats
 from inference.provisioning.runtime import model_runtime
 from ops.celery_inspection import celery_overview, recent_failures
-from ops.health import check_redis
+from ops.health import check_model, check_redis
 
 STATUSES = [status.value for status in Message.Status]
 HOURS = 24
@@ -29,8 +29,9 @@ def milliseconds(seconds: float | None) -> float | None:
 
 
 def engine_overview() -> dict[str, Any]:
-    """The model's state and facts, the engine's live counters, and its last minute."""
-    info = model_runtime.snapshot()
+    """The model's state and facts, the engine's live counters, and its last minute; with
+    remote engines, each one's reachability, last error and latency."""
+    info = check_model()
     engine = model_runtime.engine
     stats = engine.stats() if engine is not None else None
     recent = recent_stats.snapshot()
@@ -106,7 +107,18 @@ def banners(redis: dict[str, str], celery: dict[str, Any], engine: dict[str, Any
             }
         )
     state = engine["state"]
-    if state != "ready":
+    for remote in engine.get("engines", []):
+        if not remote["reachable"]:
+            found.append(
+                {
+                    "component": "model",
+                    "level": "error",
+                    "text": f"The engine at {remote['url']} is unreachable "
+                    f"({remote['last_error'] or 'no answer'}): replies go to the other "
+                    "engines, or fail when none answers.",
+                }
+            )
+    if state not in ("ready", "remote"):
         text = {
             "loading": "The model is still loading: replies wait until it is ready.",
             "error": f"The model failed to load: {engine.get('error', '')}",

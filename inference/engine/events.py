@@ -18,6 +18,9 @@ class FinishReason(StrEnum):
     STOP_SEQUENCE = "stop_sequence"
     CANCELLED = "cancelled"
     ERROR = "error"
+    # Never emitted by this engine: a remote engine's stream that dropped or stalled
+    # (inference/provisioning/remote_engine.py), its text so far kept.
+    INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True, slots=True)

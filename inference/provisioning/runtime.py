@@ -1,7 +1,9 @@
 """The web process's one model and engine: loaded once, in the background, with a state.
 
 States: idle (not started in this process), loading, ready, error, disabled
-(TANDEM_LOAD_MODEL=0). /health, the API views and the ops page all read this one object.
+(TANDEM_LOAD_MODEL=0), remote (TANDEM_ENGINE names URLs: no model here, the text streams from
+`remote`, see remote_engine.py). /health, the API views and the ops page all read this one
+object.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from inference.provisioning.errors import ModelUnavailable
 if TYPE_CHECKING:
     from inference.engine import Engine, EngineStats
     from inference.provisioning.loading import LoadedModel
+    from inference.provisioning.remote_engine import RemoteEngine
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,7 @@ class ModelRuntime:
     error: str = ""
     loaded: LoadedModel | None = None
     engine: Engine | None = None
+    remote: RemoteEngine | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
 
@@ -43,6 +47,12 @@ class ModelRuntime:
         """Begin loading with `load` in a daemon thread; later calls do nothing."""
         with self._lock:
             if self.state != "idle":
+                return
+            if settings.TANDEM_ENGINE_URLS:
+                from inference.provisioning.remote_engine import RemoteEngine
+
+                self.remote = RemoteEngine(settings.TANDEM_ENGINE_URLS).start()
+                self.state = "remote"
                 return
             if not settings.TANDEM_LOAD_MODEL:
                 self.state = "disabled"
@@ -97,6 +107,8 @@ class ModelRuntime:
                 info.update(self.loaded.describe())
             if self.engine is not None:
                 info["compile"] = getattr(self.engine.runner, "compile_state", "off")
+            if self.remote is not None:
+                info["engines"] = self.remote.snapshot()
             return info
 
 

@@ -127,3 +127,33 @@ def test_a_model_that_is_not_ready_gets_a_banner(
 def test_a_ready_model_has_no_banner(staff_client, monkeypatch):
     monkeypatch.setattr(model_runtime, "state", "ready")
     assert "model" not in banner_components(feed(staff_client))
+
+
+def test_remote_engines_are_shown_each_with_its_state_and_a_banner_when_down(
+    staff_client, client, monkeypatch
+):
+    from inference.provisioning.remote_engine import RemoteEngine
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    remote = RemoteEngine([dead])
+    monkeypatch.setattr(model_runtime, "state", "remote")
+    monkeypatch.setattr(model_runtime, "remote", remote)
+    try:
+        check_remote_engine_is_shown(staff_client, client, dead)
+    finally:
+        remote.close()
+
+
+def check_remote_engine_is_shown(staff_client, client, dead: str) -> None:
+    snapshot = feed(staff_client)
+    [engine] = snapshot["engine"]["engines"]
+    assert engine["url"] == dead and engine["reachable"] is False
+    assert "ConnectError" in engine["last_error"]
+    [banner] = [b for b in snapshot["banners"] if b["component"] == "model"]
+    assert banner["text"].startswith(f"The engine at {dead} is unreachable (ConnectError")
+    html = staff_client.get("/ops/").content.decode()
+    assert f"<code>{dead}</code>" in html
+    health = client.get("/health")
+    assert health.status_code in (200, 503)  # Redis and the database decide; the engine does not
+    assert health.json()["model"]["state"] == "remote"
+    assert health.json()["model"]["engines"][0]["reachable"] is False

@@ -7,7 +7,7 @@ import asyncio
 import json
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +32,17 @@ class Worker:
 
 
 def start_worker(
-    log_dir: Path, *, concurrency: int = 1, beat_schedule: Path | None = None, **env: str
+    log_dir: Path,
+    *,
+    concurrency: int = 1,
+    beat_schedule: Path | None = None,
+    launcher: Callable[[list[str]], list[str]] = list,
+    **env: str,
 ) -> Worker:
     """Start a worker against the test database (and `env`, e.g. REDIS_URL); wait until ready.
 
-    `beat_schedule` also runs celery beat inside it (-B), with its schedule file there.
+    `beat_schedule` also runs celery beat inside it (-B), with its schedule file there;
+    `launcher` wraps the command line (a topology host's `command` runs it in a namespace).
     """
     name = f"media-{uuid.uuid4().hex[:8]}@localhost"
     argv = [
@@ -57,8 +63,8 @@ def start_worker(
     ]
     if beat_schedule is not None:
         argv += ["-B", "-s", str(beat_schedule)]
-    environment = child_env(DATABASE_URL=test_database_url(), **env)
-    service = Service(f"worker-{name.split('@')[0]}", argv, environment, log_dir)
+    environment = child_env(**{"DATABASE_URL": test_database_url(), **env})
+    service = Service(f"worker-{name.split('@')[0]}", launcher(argv), environment, log_dir)
     try:
         wait_until(
             lambda: not service.alive() or f"{name} ready." in service.log_text(),
@@ -79,10 +85,11 @@ class RedisServer:
     port: int
     log_dir: Path
     service: Service | None = None
+    host: str = "127.0.0.1"  # another address (a bridge's) lets other network namespaces in
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> RedisServer:
         argv = [
@@ -90,7 +97,9 @@ class RedisServer:
             "--port",
             str(self.port),
             "--bind",
-            "127.0.0.1",
+            self.host,
+            "--protected-mode",
+            "no" if self.host != "127.0.0.1" else "yes",
             "--save",
             "",
             "--appendonly",
@@ -99,7 +108,7 @@ class RedisServer:
             str(self.log_dir),
         ]
         self.service = Service(f"redis-{self.port}", argv, child_env(), self.log_dir)
-        wait_until(lambda: port_open(self.port), 20, f"redis-server on port {self.port}")
+        wait_until(lambda: port_open(self.port, self.host), 20, f"redis-server on port {self.port}")
         return self
 
     def stop(self) -> None:

@@ -35,9 +35,12 @@ def as_owner(argv: list[str]) -> list[str]:
 
 @dataclass
 class PostgresCluster:
-    """A private cluster, trust authentication for `postgres` on 127.0.0.1 only."""
+    """A private cluster, trust authentication for `postgres` from `clients` (127.0.0.1 only by
+    default); it listens on `host`."""
 
     port: int = field(default_factory=free_port)
+    host: str = "127.0.0.1"
+    clients: str | None = None
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="tandem-pg-")))
 
     @property
@@ -49,7 +52,7 @@ class PostgresCluster:
         return self.directory / "server.log"
 
     def url(self, database: str) -> str:
-        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
+        return f"postgres://postgres@{self.host}:{self.port}/{database}"
 
     def run(self, *argv: str) -> None:
         subprocess.run(as_owner(list(argv)), check=True, capture_output=True, timeout=120)
@@ -59,14 +62,17 @@ class PostgresCluster:
             shutil.chown(self.directory, "postgres", "postgres")
         initdb = str(pg_bin() / "initdb")
         self.run(initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        if self.clients is not None:
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {self.clients} trust\n")
         return self
 
     def start(self) -> PostgresCluster:
-        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1"
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses={self.host}"
         pg_ctl = str(pg_bin() / "pg_ctl")
         log = str(self.log_path)
         self.run(pg_ctl, "-D", str(self.data), "-l", log, "-o", options, "-w", "start")
-        wait_until(lambda: port_open(self.port), 30, f"PostgreSQL on port {self.port}")
+        wait_until(lambda: port_open(self.port, self.host), 30, f"PostgreSQL on port {self.port}")
         return self
 
     def stop(self) -> None:
@@ -76,7 +82,7 @@ class PostgresCluster:
 
     def create_database(self, name: str) -> None:
         psql = str(pg_bin() / "psql")
-        host = ["-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", "postgres"]
+        host = ["-h", self.host, "-p", str(self.port), "-U", "postgres", "-d", "postgres"]
         self.run(psql, *host, "-c", f'CREATE DATABASE "{name}"')
 
     def remove(self) -> None:
