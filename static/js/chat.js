@@ -320,14 +320,14 @@
     var box = el("textarea", { className: "edit-text", rows: "3", "aria-label": "Edit your message" });
     box.value = data.text;
     var error = el("p", { className: "inline-error edit-error", role: "status", hidden: "" });
-    var send_ = el("button", { type: "submit", className: "small-button", text: "Send" });
+    var submit = el("button", { type: "submit", className: "small-button", text: "Send" });
     var cancel = el("button", { type: "button", className: "small-button quiet", text: "Cancel" });
     var form = el("form", { className: "edit-form", "aria-label": "Edit your message" }, [
       box,
       el("div", { className: "edit-actions" }, [
         el("span", { className: "muted small", text: "Sends it as a new branch; this one is kept." }),
         cancel,
-        send_,
+        submit,
       ]),
       error,
     ]);
@@ -345,7 +345,7 @@
     });
     form.addEventListener("submit", function (event) {
       event.preventDefault();
-      sendEdit(data.id, box, send_, error);
+      sendEdit(data.id, box, submit, error);
     });
     box.focus();
   }
