@@ -19,7 +19,7 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 
 from chat.admin_actions import PartActions
-from chat.admin_queries import message_status, stuck_parts, with_timings
+from chat.admin_queries import message_status, stuck_parts, with_branches, with_timings
 from chat.conversations import conversation_delete
 from chat.models import Conversation, Message, Part
 
@@ -232,10 +232,11 @@ class PartAdmin(PartActions, DerivedColumns, ReadOnlyAdmin):
 
 
 class PartInline(DerivedColumns, ReadOnlyInline):
-    """A message's parts in order, read-only, each linking to its own page."""
+    """A message's parts, every version, in order, read-only, each linking to its own page."""
 
     model = Part
     fields = [
+        "version",
         "index",
         "kind",
         "state",
@@ -253,8 +254,23 @@ class PartInline(DerivedColumns, ReadOnlyInline):
         return with_timings(super().get_queryset(request))
 
 
+class BranchColumns:
+    """Which branch a message is (of its edits) and which version of a reply is shown, from
+    `with_branches`' annotations."""
+
+    @admin.display(description="branch", ordering="branch_number")
+    def branch(self, message: Message) -> str:
+        return f"{message.branch_number} / {message.branch_total}"
+
+    @admin.display(description="version")
+    def version(self, message: Message) -> str | None:
+        if message.role != Message.Role.ASSISTANT:
+            return None
+        return f"{message.shown_version} / {message.version_total}"
+
+
 @admin.register(Message)
-class MessageAdmin(PartActions, DerivedColumns, ReadOnlyAdmin):
+class MessageAdmin(PartActions, BranchColumns, DerivedColumns, ReadOnlyAdmin):
     list_display = [
         "id",
         "owner",
@@ -262,6 +278,8 @@ class MessageAdmin(PartActions, DerivedColumns, ReadOnlyAdmin):
         "position",
         "role",
         "status",
+        "branch",
+        "version",
         "parts_summary",
         "created_at",
     ]
@@ -283,13 +301,17 @@ class MessageAdmin(PartActions, DerivedColumns, ReadOnlyAdmin):
     show_full_result_count = False
     actions = ["retry_image", "cancel_generation", "mark_failed"]
     inlines = [PartInline]
-    readonly_fields = ["owner", "conversation_link", "status"]
+    readonly_fields = ["owner", "conversation_link", "status", "parent_link", "branch", "version"]
     fields = [
         "owner",
         "conversation_link",
         "position",
+        "parent_link",
         "role",
         "status",
+        "branch",
+        "shown",
+        "version",
         "text",
         "wants_image",
         "history_truncated",
@@ -297,12 +319,16 @@ class MessageAdmin(PartActions, DerivedColumns, ReadOnlyAdmin):
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
-        return (
+        return with_branches(
             super()
             .get_queryset(request)
             .annotate(message_status=message_status("pk"))
             .prefetch_related("parts")
         )
+
+    @admin.display(description="follows", ordering="parent_id")
+    def parent_link(self, message: Message) -> str | None:
+        return admin_link(message.parent, f"#{message.parent_id}") if message.parent_id else None
 
     def parts_of(self, queryset: QuerySet[Message], kind: str | None = None) -> QuerySet[Part]:
         parts = Part.objects.filter(message__in=queryset.values("pk"))
@@ -321,15 +347,26 @@ class MessageAdmin(PartActions, DerivedColumns, ReadOnlyAdmin):
         return ", ".join(f"{part.kind} {part.state}" for part in message.shown_parts())
 
 
-class MessageInline(ReadOnlyInline):
-    """A conversation's messages in order, each linking to its page with its parts."""
+class MessageInline(BranchColumns, ReadOnlyInline):
+    """A conversation's messages, every branch, in order, each linking to its page with its
+    parts; `shown` marks the branch on screen at each edited message."""
 
     model = Message
-    fields = ["position", "role", "status", "text_short", "created_at"]
+    fields = [
+        "position",
+        "role",
+        "status",
+        "branch",
+        "shown",
+        "version",
+        "text_short",
+        "created_at",
+    ]
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
-        return super().get_queryset(request).annotate(message_status=message_status("pk"))
+        queryset = super().get_queryset(request).annotate(message_status=message_status("pk"))
+        return with_branches(queryset).order_by("position", "pk")
 
     @admin.display(description="status")
     def status(self, message: Message) -> str:

@@ -16,6 +16,7 @@ from django.db.models import (
     DurationField,
     ExpressionWrapper,
     F,
+    Max,
     OuterRef,
     Q,
     QuerySet,
@@ -59,6 +60,34 @@ def message_status(message_ref: str) -> Subquery:
         .values("status")
     )
     return Subquery(statuses, output_field=CharField())
+
+
+def with_branches(messages: QuerySet[Message]) -> QuerySet[Message]:
+    """`branch_number` / `branch_total`: which of its siblings (its edits, oldest first) a
+    message is, and how many there are; `version_total`: the versions of a reply."""
+    same_fork = (
+        Message.objects.filter(
+            conversation_id=OuterRef("conversation_id"), position=OuterRef("position")
+        )
+        .alias(fork=Coalesce("parent_id", Value(0)))
+        .filter(fork=Coalesce(OuterRef("parent_id"), Value(0)))
+        .order_by()
+        .values("conversation_id")
+    )
+    versions = (
+        Part.objects.filter(message_id=OuterRef("pk"))
+        .order_by()
+        .values("message_id")
+        .annotate(top=Max("version"))
+        .values("top")
+    )
+    return messages.annotate(
+        branch_number=Subquery(
+            same_fork.filter(pk__lte=OuterRef("pk")).annotate(n=Count("pk")).values("n")
+        ),
+        branch_total=Subquery(same_fork.annotate(n=Count("pk")).values("n")),
+        version_total=Coalesce(Subquery(versions), Value(1)),
+    )
 
 
 def stuck_parts(parts: QuerySet[Part]) -> QuerySet[Part]:

@@ -92,6 +92,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             await self.send_event(event)
 
     part_delta = part_state = message_state = message_update = conversation_state = live_event
+    conversation_branch = live_event
 
     async def conversation_deleted(self, event: dict) -> None:
         """The conversation is gone: say so, then close as for any conversation not found."""

@@ -1,5 +1,5 @@
-"""The prompt of a turn: the conversation's system prompt and the conversation so far, through
-the model's chat template.
+"""The prompt of a turn: the conversation's system prompt and the conversation so far (the
+reply's own branch, each earlier reply's version on screen), through the model's chat template.
 
 When the whole history does not fit the context window (less room for the reply), the
 oldest turns are dropped, whole, until it does; the caller records that it happened.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chat import branches
 from chat.models import Message, Part
 
 
@@ -18,30 +19,28 @@ class Prompt:
     truncated: bool
 
 
-def transcript(conversation_id: int, up_to_position: int) -> list[dict]:
-    """User messages and the saved text of assistant replies (the versions on screen),
-    oldest first."""
-    messages = (
-        Message.objects.filter(conversation_id=conversation_id, position__lte=up_to_position)
-        .prefetch_related("parts")
-        .order_by("position")
-    )
+def transcript(message: Message) -> list[dict]:
+    """`message` and the messages before it on its branch: the user's words and the saved
+    text of each reply (its version on screen), oldest first."""
     turns = []
-    for message in messages:
-        if message.role == Message.Role.USER:
-            turns.append({"role": "user", "content": message.text})
+    for said in branches.lineage(message):
+        if said.role == Message.Role.USER:
+            turns.append({"role": "user", "content": said.text})
             continue
-        text = "".join(p.text for p in message.shown_parts() if p.kind == Part.Kind.TEXT)
+        text = "".join(p.text for p in said.shown_parts() if p.kind == Part.Kind.TEXT)
         if text:
             turns.append({"role": "assistant", "content": text})
     return turns
 
 
 def user_words(reply: Message) -> str:
-    """The user's words that `reply` answers (the message just before it); an image's prompt."""
-    asked = Message.objects.filter(
-        conversation_id=reply.conversation_id, position=reply.position - 1
-    ).first()
+    """The user's words that `reply` answers (its parent); an image's prompt."""
+    if reply.parent_id is not None:
+        asked = Message.objects.filter(pk=reply.parent_id).first()
+    else:  # a reply saved without a parent follows the message one position up
+        asked = Message.objects.filter(
+            conversation_id=reply.conversation_id, position=reply.position - 1
+        ).first()
     return asked.text if asked else ""
 
 
@@ -50,15 +49,13 @@ def system_message(system_prompt: str) -> list[dict]:
     return [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
 
 
-def messages(conversation_id: int, up_to_position: int, system_prompt: str) -> list[dict]:
-    """The whole prompt as chat messages, for a remote engine (its server applies the
-    template and refuses what its context cannot hold)."""
-    return system_message(system_prompt) + transcript(conversation_id, up_to_position)
+def messages(message: Message, system_prompt: str) -> list[dict]:
+    """The whole prompt of the reply `message` as chat messages, for a remote engine (its
+    server applies the template and refuses what its context cannot hold)."""
+    return system_message(system_prompt) + transcript(message)
 
 
-def build(
-    tokenizer, conversation_id: int, up_to_position: int, budget: int, system_prompt: str
-) -> Prompt:
+def build(tokenizer, message: Message, budget: int, system_prompt: str) -> Prompt:
     """Prompt ids within `budget` tokens, dropping the oldest turns first (never the last).
 
     `system_prompt` (the conversation's own; empty sends none) always stays.
@@ -66,7 +63,7 @@ def build(
     # Imported here: it loads transformers, which Celery workers (they read user_words) never need.
     from inference.provisioning.prompting import chat_prompt_ids
 
-    turns = transcript(conversation_id, up_to_position)
+    turns = transcript(message)
     system = system_message(system_prompt)
     dropped = 0
     while True:

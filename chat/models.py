@@ -84,7 +84,12 @@ class Conversation(models.Model):
 
 
 class Message(models.Model):
-    """A turn's user message or assistant reply, at a fixed position in the conversation."""
+    """A turn's user message or assistant reply: a node of the conversation's tree.
+
+    Each message follows its `parent` (None for a first message); `position` is its depth.
+    Editing a user message adds a sibling (same parent, same position) that starts a new
+    branch; of a set of siblings, the one `shown` is on screen and in the model's history.
+    """
 
     class Role(models.TextChoices):
         USER = "user"
@@ -100,7 +105,15 @@ class Message(models.Model):
         Conversation, on_delete=models.CASCADE, related_name="messages"
     )
     role = models.CharField(max_length=16, choices=Role.choices)
-    position = models.PositiveIntegerField()
+    parent = models.ForeignKey(
+        "self",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="children",
+        help_text="The message this one follows (none for a conversation's first).",
+    )
+    position = models.PositiveIntegerField(help_text="The depth in the conversation, from 0.")
     text = models.TextField(blank=True, help_text="The user's words (assistant text is in parts).")
     wants_image = models.BooleanField(default=False)
     history_truncated = models.BooleanField(
@@ -110,13 +123,15 @@ class Message(models.Model):
         default=1,
         help_text="The version of this reply on screen, and in the model's history.",
     )
+    shown = models.BooleanField(
+        default=True,
+        help_text="Of this message and its edits (its siblings), the branch on screen.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["conversation", "position"]
-        constraints = [
-            models.UniqueConstraint(fields=["conversation", "position"], name="message_position")
-        ]
+        ordering = ["conversation", "position", "pk"]
+        indexes = [models.Index(fields=["conversation", "position"])]
 
     def __str__(self) -> str:
         return f"{self.role} #{self.position} of {self.conversation_id}"

@@ -49,6 +49,10 @@ class Resume:
         elif event["type"] == "message.update":  # another version: all its parts, as saved
             for part in event["message"]["parts"]:
                 self.show(part)
+        elif event["type"] == "conversation.branch":  # another branch: all of it, as saved
+            for message in event["messages"]:
+                for part in message["parts"]:
+                    self.show(part)
         return True
 
     def show(self, part: dict) -> None:

@@ -1,4 +1,5 @@
-"""The turn's orchestration: create a turn, start its text, stop it, fail it for an operator.
+"""The turn's orchestration: create a turn, start its text, stop it, fail it for an operator;
+regenerate a reply (versions) and edit a user message (branches).
 
 Only views, consumers and admin actions call these. Every part change goes through
 `chat.parts`, which saves it and tells the browser; the image side is `media.services`.
@@ -16,10 +17,10 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from chat import events, heartbeat, history, live_text, metrics
+from chat import branches, events, heartbeat, history, live_text, metrics
 from chat.models import Conversation, Message, Part
 from chat.parts import part_transition
-from chat.snapshot import message_payload
+from chat.snapshot import conversation_snapshot, message_payload
 from config.logging import bind as bind_log_ids
 from config.logging import bound as log_ids_scope
 from inference.provisioning.runtime import model_runtime
@@ -134,38 +135,54 @@ def turn_create(
             conversation = Conversation.objects.create(owner=user, **(new_settings or {}))
         else:
             conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
-        position = conversation.messages.count()
-        Message.objects.create(
+        last = branches.leaf(conversation.pk)  # the end of the branch on screen
+        asked = Message.objects.create(
             conversation=conversation,
             role=Message.Role.USER,
-            position=position,
+            parent=last,
+            position=last.position + 1 if last else 0,
             text=text,
             wants_image=wants_image,
         )
-        reply = Message.objects.create(
-            conversation=conversation,
-            role=Message.Role.ASSISTANT,
-            position=position + 1,
-            wants_image=wants_image,
-        )
+        reply = reply_create(asked)
         bind_log_ids(message_id=reply.pk)  # until the scope ends, after the parts started
-        now = timezone.now()
-        text_part = Part.objects.create(message=reply, index=0, kind=Part.Kind.TEXT, queued_at=now)
-        parts = [text_part]
-        if wants_image:
-            parts.append(
-                Part.objects.create(message=reply, index=1, kind=Part.Kind.IMAGE, queued_at=now)
-            )
+        parts = lay_out(reply, 1)
         if not conversation.title:
             conversation.title = text[:60]
         conversation.save()
-        transaction.on_commit(lambda: text_start(engine, text_part))
-        if wants_image:
-            transaction.on_commit(lambda: image_enqueue(parts[1]))
+        start_after_commit(engine, parts)
         transaction.on_commit(lambda: metrics.turn_created(wants_image))
     ids = {"message_id": reply.pk}
     log.info("turn: reply %s with parts %s", reply.pk, [part.pk for part in parts], extra=ids)
     return reply
+
+
+def reply_create(asked: Message) -> Message:
+    """The (empty) reply to the user message `asked`, right after it on its branch."""
+    return Message.objects.create(
+        conversation_id=asked.conversation_id,
+        role=Message.Role.ASSISTANT,
+        parent=asked,
+        position=asked.position + 1,
+        wants_image=asked.wants_image,
+    )
+
+
+def lay_out(reply: Message, version: int) -> list[Part]:
+    """A version's parts, queued: the text at 0, and the image at 1 when the turn asked."""
+    now = timezone.now()
+    kinds = [Part.Kind.TEXT] + ([Part.Kind.IMAGE] if reply.wants_image else [])
+    return [
+        Part.objects.create(message=reply, version=version, index=i, kind=kind, queued_at=now)
+        for i, kind in enumerate(kinds)
+    ]
+
+
+def start_after_commit(engine: Engine | RemoteEngine, parts: list[Part]) -> None:
+    """Once the rows exist: the text into the engine, the image to a worker."""
+    transaction.on_commit(lambda: text_start(engine, parts[0]))
+    if len(parts) > 1:
+        transaction.on_commit(lambda: image_enqueue(parts[1]))
 
 
 def text_start(engine: Engine | RemoteEngine, part: Part) -> None:
@@ -186,14 +203,10 @@ def text_start(engine: Engine | RemoteEngine, part: Part) -> None:
     system_prompt = conversation.effective_settings()["system_prompt"]
     remote = engine is model_runtime.remote
     if remote:
-        prompt = history.messages(conversation.pk, message.position, system_prompt)
+        prompt = history.messages(message, system_prompt)
     else:
         built = history.build(
-            engine.tokenizer,
-            conversation.pk,
-            message.position,
-            engine.max_seq_len - params.max_new_tokens,
-            system_prompt,
+            engine.tokenizer, message, engine.max_seq_len - params.max_new_tokens, system_prompt
         )
         prompt = built.token_ids
         if built.truncated:
@@ -243,25 +256,12 @@ def reply_regenerate(user, message: Message) -> Message:
         refuse_while_unfinished(message)
         bind_log_ids(message_id=message.pk)
         version = message.version_count() + 1
-        now = timezone.now()
-        parts = [
-            Part.objects.create(
-                message=message, version=version, index=0, kind=Part.Kind.TEXT, queued_at=now
-            )
-        ]
-        if message.wants_image:
-            parts.append(
-                Part.objects.create(
-                    message=message, version=version, index=1, kind=Part.Kind.IMAGE, queued_at=now
-                )
-            )
+        parts = lay_out(message, version)
         message.shown_version = version
         message.history_truncated = False
         message.save(update_fields=["shown_version", "history_truncated"])
         transaction.on_commit(lambda: announce_message(message))
-        transaction.on_commit(lambda: text_start(engine, parts[0]))
-        if message.wants_image:
-            transaction.on_commit(lambda: image_enqueue(parts[1]))
+        start_after_commit(engine, parts)
     log.info(
         "regenerate: reply %s version %s", message.pk, version, extra={"message_id": message.pk}
     )
@@ -280,6 +280,85 @@ def reply_show_version(message: Message, version: int) -> Message:
         message.save(update_fields=["shown_version"])
         transaction.on_commit(lambda: announce_message(message))
     return message
+
+
+def message_edit(user, message: Message, text: str) -> Message:
+    """Edit a sent user message: a new branch from that point, the old one kept.
+
+    The edited words become a sibling of `message` (same parent, same position) with a new
+    reply whose parts are laid out again (text, and an image when the turn asked for one),
+    and that branch is shown; the model's history for the reply is the branch up to it.
+    Refused like a turn (422, 429, 503), and with 409 while any reply of the conversation is
+    unfinished: stop it or wait for it first, so no hidden branch is ever still running.
+    Returns the new reply; the open pages get `conversation.branch`.
+    """
+    text = text.strip()
+    engine = current_engine()
+    check_turn(user, text, engine)
+    with log_ids_scope(), ADMISSION, transaction.atomic():
+        check_turn(user, text, engine)
+        conversation = Conversation.objects.select_for_update().get(pk=message.conversation_id)
+        refuse_while_conversation_unfinished(conversation)
+        original = Message.objects.get(pk=message.pk)
+        parent_id, siblings = branches.fork(original)
+        Message.objects.filter(pk__in=siblings).update(shown=False)
+        edited = Message.objects.create(
+            conversation=conversation,
+            role=Message.Role.USER,
+            parent_id=parent_id,
+            position=original.position,
+            text=text,
+            wants_image=original.wants_image,
+        )
+        reply = reply_create(edited)
+        bind_log_ids(message_id=reply.pk)
+        parts = lay_out(reply, 1)
+        conversation.save(update_fields=["updated_at"])
+        transaction.on_commit(lambda: announce_branch(conversation.pk))
+        start_after_commit(engine, parts)
+        transaction.on_commit(lambda: metrics.turn_created(reply.wants_image))
+    log.info(
+        "edit: message %s branched as %s, reply %s",
+        message.pk,
+        edited.pk,
+        reply.pk,
+        extra={"message_id": reply.pk},
+    )
+    return reply
+
+
+def message_show_branch(message: Message, branch: int) -> None:
+    """Show another branch at the user message `message` (1 is its oldest version): the
+    page and the model's history follow it. 409 while any reply of the conversation is
+    unfinished, 404 for a branch that does not exist."""
+    with transaction.atomic():
+        conversation = Conversation.objects.select_for_update().get(pk=message.conversation_id)
+        siblings = branches.fork(message)[1]
+        if not 1 <= branch <= len(siblings):
+            raise TurnRefused(404, f"This message has no branch {branch}.")
+        refuse_while_conversation_unfinished(conversation)
+        Message.objects.filter(pk__in=siblings).update(shown=False)
+        Message.objects.filter(pk=siblings[branch - 1]).update(shown=True)
+        transaction.on_commit(lambda: announce_branch(conversation.pk))
+
+
+def refuse_while_conversation_unfinished(conversation: Conversation) -> None:
+    unfinished = Part.objects.filter(
+        message__conversation=conversation,
+        state__in=[Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING],
+    )
+    if unfinished.exists():
+        raise TurnRefused(
+            409, "A reply is still being made; stop it or wait for it, then change branches."
+        )
+
+
+def announce_branch(conversation_id: int) -> None:
+    """Tell the conversation's browsers the branch now on screen, whole."""
+    events.send(
+        conversation_id,
+        {"type": "conversation.branch", "messages": conversation_snapshot(conversation_id)},
+    )
 
 
 def refuse_while_unfinished(message: Message) -> None:

@@ -7,7 +7,7 @@ deltas at or below the snapshot seq gives no gap and no duplicate.
 
 from __future__ import annotations
 
-from chat import live_text
+from chat import branches, live_text
 from chat.events import part_payload
 from chat.models import Message, Part
 from chat.states import message_status
@@ -21,10 +21,15 @@ def part_with_tail(part: Part) -> dict:
     return payload
 
 
-def message_payload(message: Message) -> dict:
+def message_payload(message: Message, place: tuple[int, int] | None = None) -> dict:
+    """A message as the page draws it: the version on screen, and which branch it is (of
+    its edits: `branch` / `branches`); `place` saves looking that up."""
     parts = message.shown_parts()
+    branch, count = place or branches.place(message)
     return {
         "id": message.pk,
+        "branch": branch,
+        "branches": count,
         "version": message.shown_version,
         "versions": message.version_count(),
         "role": message.role,
@@ -38,10 +43,7 @@ def message_payload(message: Message) -> dict:
 
 
 def conversation_snapshot(conversation_id: int) -> list[dict]:
-    """Every message of a conversation, oldest first, with live text."""
-    messages = (
-        Message.objects.filter(conversation_id=conversation_id)
-        .prefetch_related("parts")
-        .order_by("position")
-    )
-    return [message_payload(m) for m in messages]
+    """The messages of the branch on screen, oldest first, with live text."""
+    messages = branches.tree(conversation_id)
+    places = branches.places(messages)
+    return [message_payload(m, places[m.pk]) for m in branches.shown_path(messages)]

@@ -176,11 +176,10 @@ def turn_create(request: HttpRequest, conversation_id: int | None = None) -> Htt
         )
     except services.TurnRefused as error:
         return refused(error)
-    user_message = Message.objects.get(conversation=reply.conversation, position=reply.position - 1)
     return JsonResponse(
         {
             "conversation": conversation_payload(reply.conversation),
-            "user": message_payload(user_message),
+            "user": message_payload(reply.parent),
             "reply": message_payload(reply),
         },
         status=201,
@@ -227,6 +226,47 @@ def message_version(request: HttpRequest, message_id: int) -> HttpResponse:
     except services.TurnRefused as error:
         return refused(error)
     return JsonResponse({"message": message_payload(message)})
+
+
+def user_message(request: HttpRequest, message_id: int) -> Message:
+    return get_object_or_404(
+        Message, pk=message_id, conversation__owner=request.user, role=Message.Role.USER
+    )
+
+
+@login_required
+@require_POST
+def message_edit(request: HttpRequest, message_id: int) -> HttpResponse:
+    """POST JSON {"text"}: the edited message starts a new branch; 201 with the branch now
+    on screen (`messages`) and the new reply's id."""
+    message = user_message(request, message_id)
+    body = json_body(request)
+    if body is None or not isinstance(body.get("text"), str):
+        return JsonResponse({"error": 'Send {"text": "..."}.'}, status=400)
+    try:
+        reply = services.message_edit(request.user, message, body["text"])
+    except services.TurnRefused as error:
+        return refused(error)
+    return JsonResponse(
+        {"reply_id": reply.pk, "messages": conversation_snapshot(reply.conversation_id)},
+        status=201,
+    )
+
+
+@login_required
+@require_POST
+def message_branch(request: HttpRequest, message_id: int) -> HttpResponse:
+    """POST JSON {"branch": n}: show that branch at this user message (and use it in the
+    model's history); 200 with the branch now on screen."""
+    message = user_message(request, message_id)
+    body = json_body(request)
+    if body is None or type(body.get("branch")) is not int:
+        return JsonResponse({"error": 'Send {"branch": 2}.'}, status=400)
+    try:
+        services.message_show_branch(message, body["branch"])
+    except services.TurnRefused as error:
+        return refused(error)
+    return JsonResponse({"messages": conversation_snapshot(message.conversation_id)})
 
 
 @login_required

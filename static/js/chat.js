@@ -22,6 +22,8 @@
   var newImageUrl = function (id) { return withId(root.dataset.newImageUrl, id); };
   var regenerateUrl = function (id) { return withId(root.dataset.regenerateUrl, id); };
   var versionUrl = function (id) { return withId(root.dataset.versionUrl, id); };
+  var editUrl = function (id) { return withId(root.dataset.editUrl, id); };
+  var branchUrl = function (id) { return withId(root.dataset.branchUrl, id); };
   var list = document.getElementById("messages");
   var emptyState = document.getElementById("empty-state");
   var composer = document.getElementById("composer");
@@ -237,6 +239,7 @@
     ]);
     if (data.role === "user") {
       if (data.wants_image) { head.appendChild(el("span", { className: "chip", text: "with image" })); }
+      branchControls(data, head);
       return head;
     }
     if (data.status === "partial") {
@@ -280,6 +283,101 @@
       el("span", { className: "version-label", text: data.version + " / " + data.versions }),
       step("›", "Next version", data.version + 1),
     ]);
+  }
+
+  // -------------------------------------------------------------- branches (edit and resend)
+
+  function branchControls(data, head) {
+    // A user message's "‹ 2 / 3 ›" (its edits, each a branch) and its Edit button.
+    if ((data.branches || 1) > 1) { head.appendChild(branchNav(data)); }
+    var edit = el("button", { type: "button", className: "edit-message", text: "Edit" });
+    edit.addEventListener("click", function () { startEdit(data, edit); });
+    head.appendChild(edit);
+  }
+
+  function branchNav(data) {
+    // Drawn like the versions of a reply; the branch shown is the model's history.
+    var step = function (label, words, to) {
+      var button = el("button", {
+        type: "button", className: "version-step branch-step", text: label, "aria-label": words,
+        disabled: to < 1 || to > data.branches ? "" : null,
+      });
+      button.addEventListener("click", function () { showBranch(data.id, to, button); });
+      return button;
+    };
+    return el("span", { className: "versions branches", role: "group", "aria-label": "Branches from this message" }, [
+      step("‹", "Previous branch", data.branch - 1),
+      el("span", { className: "version-label branch-label", text: data.branch + " / " + data.branches }),
+      step("›", "Next branch", data.branch + 1),
+    ]);
+  }
+
+  function startEdit(data, button) {
+    // The bubble becomes a box with the words to change; sending starts a new branch.
+    var article = button.closest("article");
+    var bubble = article.querySelector(".bubble");
+    if (article.querySelector(".edit-form")) { return; }
+    var box = el("textarea", { className: "edit-text", rows: "3", "aria-label": "Edit your message" });
+    box.value = data.text;
+    var error = el("p", { className: "inline-error edit-error", role: "status", hidden: "" });
+    var submit = el("button", { type: "submit", className: "small-button", text: "Send" });
+    var cancel = el("button", { type: "button", className: "small-button quiet", text: "Cancel" });
+    var form = el("form", { className: "edit-form", "aria-label": "Edit your message" }, [
+      box,
+      el("div", { className: "edit-actions" }, [
+        el("span", { className: "muted small", text: "Sends it as a new branch; this one is kept." }),
+        cancel,
+        submit,
+      ]),
+      error,
+    ]);
+    var end = function () { form.remove(); bubble.hidden = false; button.hidden = false; button.focus(); };
+    bubble.hidden = true;
+    button.hidden = true;
+    bubble.after(form);
+    cancel.addEventListener("click", end);
+    box.addEventListener("keydown", function (event) {
+      if (event.key === "Escape") { event.preventDefault(); event.stopPropagation(); end(); }
+      else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        form.requestSubmit();
+      }
+    });
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      sendEdit(data.id, box, submit, error);
+    });
+    box.focus();
+  }
+
+  function sendEdit(messageId, box, button, error) {
+    var fail = function (words) {
+      button.disabled = false;
+      button.textContent = "Send";
+      error.hidden = false;
+      error.textContent = words;
+      box.setAttribute("aria-invalid", "true");
+    };
+    if (!box.value.trim()) { fail("Write a message first."); return; }
+    button.disabled = true;
+    button.textContent = "Sending…";
+    post(editUrl(messageId), { text: box.value }).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (body) {
+        if (response.status === 201) { applySnapshot(body.messages); toBottom(); return; }
+        fail(errorText(response, body, "The edit was not sent"));
+      });
+    }, function () { fail("Could not reach the server; the edit was not sent."); });
+  }
+
+  function showBranch(messageId, branch, button) {
+    button.disabled = true;
+    post(branchUrl(messageId), { branch: branch }).then(function (response) {
+      return response.json().catch(function () { return null; }).then(function (body) {
+        if (response.status === 200) { applySnapshot(body.messages); return; }
+        button.disabled = false;
+        showNotice("error", errorText(response, body, "That branch could not be shown"));
+      });
+    }, function () { button.disabled = false; showNotice("error", "Could not reach the server."); });
   }
 
   function drawMessage(data) {
@@ -439,6 +537,7 @@
       case "part.state": onPartState(event); break;
       case "message.state": onMessageState(event); break;
       case "message.update": onMessageUpdate(event); break;
+      case "conversation.branch": applySnapshot(event.messages); break; // edited or browsed
       case "conversation.state":
         showTitle(event.conversation.title);
         showSettings(event.conversation.settings);

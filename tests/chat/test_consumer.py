@@ -5,7 +5,7 @@ from asgiref.sync import sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
-from chat import events, live_text
+from chat import events, live_text, services
 from chat.models import Message, Part
 from chat.parts import part_transition
 from chat.routing import websocket_urlpatterns
@@ -86,4 +86,23 @@ async def test_malformed_frames_get_error_events(alice, conversation):
     assert (await ws.receive_json_from(timeout=10))["type"] == "error"
     await ws.send_to(text_data='{"type": "ping"}')
     assert (await ws.receive_json_from(timeout=10)) == {"type": "pong"}
+    await ws.disconnect()
+
+
+async def test_another_branch_shown_reaches_the_socket_and_counts_as_seen(alice, conversation):
+    """`conversation.branch` carries the branch now on screen; its text is not sent again."""
+    part = await sync_to_async(streaming_reply)(conversation, "Hello", 2, [])
+    ws = await connect(alice, conversation.pk)
+    await ws.receive_json_from(timeout=10)
+    await sync_to_async(Part.objects.filter(pk=part.pk).update)(
+        state="succeeded", seq=3, text="Hello!"
+    )
+    await sync_to_async(services.announce_branch)(conversation.pk)
+    branch = await ws.receive_json_from(timeout=10)
+    assert branch["type"] == "conversation.branch"
+    assert [m["parts"][0]["seq"] for m in branch["messages"] if m["role"] == "assistant"] == [3]
+    await sync_to_async(events.send)(
+        conversation.pk, events.delta_event(part.pk, part.message_id, 3, "!")
+    )
+    assert await ws.receive_nothing(timeout=0.3)  # seq 3 came with the branch
     await ws.disconnect()

@@ -124,9 +124,10 @@ def test_the_history_builder_and_the_reply_use_the_conversations_settings(alice,
     part = Part.objects.get(pk=part_id)
     assert part.completion_tokens == 6 and part.finish_reason == "length"
 
-    prompt = history.build(tokenizer, conversation.pk, 0, 2000, conversation.system_prompt)
+    first = conversation.messages.get(position=0)
+    prompt = history.build(tokenizer, first, 2000, conversation.system_prompt)
     assert "Answer like a pirate." in tokenizer.decode(prompt.token_ids)
-    bare = history.build(tokenizer, conversation.pk, 0, 2000, "")
+    bare = history.build(tokenizer, first, 2000, "")
     assert "pirate" not in tokenizer.decode(bare.token_ids)
 
     conversations.conversation_settings_update(conversation, {"max_new_tokens": 3})

@@ -57,15 +57,15 @@ def test_regenerate_keeps_the_old_version_and_the_history_follows_the_one_shown(
     assert Part.objects.filter(message=reply).count() == 2  # version 1 kept
     assert Part.objects.get(message=reply, version=1).text == first
 
-    services.turn_create(alice, conversation, "Another?", False)
+    later = services.turn_create(alice, conversation, "Another?", False)
     second = shown_text(reply.pk)
-    turns = history.transcript(conversation.pk, 3)
+    turns = history.transcript(later)
     assert turns[1] == {"role": "assistant", "content": second}
 
     wait_final(Message.objects.get(conversation=conversation, position=3))
     shown = client.post(f"/m/{reply.pk}/version", {"version": 1}, content_type="application/json")
     assert shown.status_code == 200 and shown.json()["message"]["version"] == 1
-    assert history.transcript(conversation.pk, 3)[1] == {"role": "assistant", "content": first}
+    assert history.transcript(later)[1] == {"role": "assistant", "content": first}
     missing = client.post(f"/m/{reply.pk}/version", {"version": 7}, content_type="application/json")
     assert missing.status_code == 404
     theirs = Client()
