@@ -38,3 +38,20 @@ def rich_conversation(owner, title: str = "Tables and code") -> tuple[Conversati
         message=reply, index=0, kind="text", state="succeeded", text=RICH_REPLY, seq=40
     )
     return convo, reply
+
+
+def add_partial_reply(convo: Conversation, position: int = 2) -> Message:
+    """A reply whose text finished and whose image failed: the partial badge, the card."""
+    Message.objects.create(
+        conversation=convo, role="user", position=position, text="Draw a boat.", wants_image=True
+    )
+    reply = Message.objects.create(
+        conversation=convo, role="assistant", position=position + 1, wants_image=True
+    )
+    Part.objects.create(
+        message=reply, index=0, kind="text", state="succeeded", text="Here is **a boat**.", seq=5
+    )
+    Part.objects.create(
+        message=reply, index=1, kind="image", state="failed", error="Failed after 4 tries"
+    )
+    return reply
