@@ -7,7 +7,7 @@ from chat.models import Conversation, Message, Part
 RICH_REPLY = """Here is a comparison, and a function.
 
 | language | typing | first release |
-|---|---|---|
+|---|:---:|--:|
 | Python | dynamic | 1991 |
 | Rust | static | 2015 |
 

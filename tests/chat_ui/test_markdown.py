@@ -149,9 +149,10 @@ def test_streaming_redraws_keep_finished_blocks(renderer):
             const first = "Intro.\\n\\n```js\\nlet a = 1;\\n```\\n\\nMore";
             window.TandemMarkdown.draw(out, first);
             const para = out.children[0], code = out.children[1];
-            window.TandemMarkdown.draw(out, first + " words and a table\\n\\n| a |\\n|---|\\n| 1 |");
+            const grown = first + " words and a table\\n\\n| a |\\n|---|\\n| 1 |";
+            window.TandemMarkdown.draw(out, grown);
             const box = document.createElement("div");
-            box.innerHTML = window.TandemMarkdown.render(first + " words and a table\\n\\n| a |\\n|---|\\n| 1 |");
+            box.innerHTML = window.TandemMarkdown.render(grown);
             return {
                 para: out.children[0] === para,
                 code: out.children[1] === code,
