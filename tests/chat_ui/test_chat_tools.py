@@ -5,7 +5,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.chat_ui.conftest import make_user, sign_in
+from chat import events
+from chat.models import Conversation, Message, Part
+from tests.chat_ui.conftest import in_thread, make_user, sign_in
 from tests.chat_ui.seeded import RICH_REPLY, rich_conversation
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -68,3 +70,49 @@ def test_escape_closes_the_settings_panel_first(chat):
     expect(chat.page.locator("#settings-form")).to_be_visible()
     chat.page.keyboard.press("Escape")
     expect(chat.page.locator("#settings-form")).to_be_hidden()
+
+
+def test_streaming_markdown_keeps_finished_blocks(daphne, page):
+    """Pieces sent as the stream writer sends them (channel layer, real socket): finished
+    blocks keep their DOM nodes while later ones grow, and the end equals a fresh render."""
+    user, password = make_user()
+    convo = Conversation.objects.create(owner=user, title="Streaming Markdown")
+    Message.objects.create(conversation=convo, role="user", position=0, text="Go.")
+    reply = Message.objects.create(conversation=convo, role="assistant", position=1)
+    part = Part.objects.create(message=reply, index=0, kind="text", state="streaming")
+    sign_in(page, daphne.url, user.get_username(), password)
+    page.goto(f"{daphne.url}/c/{convo.pk}/")
+    expect(page.locator("#connection")).to_have_attribute("data-connection", "open")
+    md = page.locator(f'[data-part-id="{part.pk}"] .md')
+    pieces = ["Intro ", "paragraph.\n\n", "```python\nx = ", "1\n```\n\n", "More"]
+    pieces += [" words"] * 20 + [".\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nEnd."]
+
+    def send_pieces(first_seq, chunk):
+        for offset, text in enumerate(chunk):
+            events.send(convo.pk, events.delta_event(part.pk, reply.pk, first_seq + offset, text))
+
+    in_thread(send_pieces, 1, pieces[:5])
+    expect(md.locator("p").last).to_contain_text("More")
+    page.evaluate(
+        """(id) => {
+        const md = document.querySelector(`[data-part-id="${id}"] .md`);
+        md.children[0].dataset.kept = "1";
+        md.querySelector(".code-block").dataset.kept = "1";
+    }""",
+        part.pk,
+    )
+    in_thread(send_pieces, 6, pieces[5:])
+    expect(md.locator("table td").last).to_have_text("2")
+    expect(md.locator(".caret")).to_have_count(1)
+    assert md.locator("[data-kept]").count() == 2  # the same nodes, not redrawn copies
+    expect(md.locator(".code-block .hljs-number")).to_have_text("1")
+    html = md.evaluate(
+        "n => { const c = n.cloneNode(true); c.querySelector('.caret').remove();"
+        " c.querySelectorAll('[data-kept]').forEach(e => delete e.dataset.kept);"
+        " return c.innerHTML; }"
+    )
+    assert html == page.evaluate(
+        "t => { const b = document.createElement('div');"
+        " b.innerHTML = window.TandemMarkdown.render(t); return b.innerHTML; }",
+        "".join(pieces),
+    )
