@@ -82,7 +82,7 @@ def versions_shot(page, base_url: str) -> None:
     head.locator("button.version-step[aria-label='Previous version']").click()
     expect(head.locator(".version-label")).to_have_text("2 / 3")
     final(reply.locator(".part-text"))
-    page.screenshot(path=str(OUT / "reply-versions.png"))
+    page.screenshot(path=str(OUT / "reply-versions-2-of-3.png"))
 
 
 def partial_shot(page, base_url: str) -> None:
