@@ -25,6 +25,19 @@
     });
   });
 
+  // Column alignment as a class, not markdown-it's style="text-align: …", which the CSP
+  // (style-src 'self') refuses.
+  md.core.ruler.push("tandem_align_classes", function (state) {
+    state.tokens.forEach(function (token) {
+      if (token.type !== "th_open" && token.type !== "td_open") { return; }
+      var style = token.attrGet("style");
+      if (!style) { return; }
+      token.attrs = token.attrs.filter(function (attr) { return attr[0] !== "style"; });
+      var align = /text-align:\s*(left|center|right)/.exec(style);
+      if (align) { token.attrSet("class", "align-" + align[1]); }
+    });
+  });
+
   function escapeHtml(text) {
     return md.utils.escapeHtml(String(text));
   }

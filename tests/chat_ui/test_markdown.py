@@ -31,8 +31,10 @@ CASES = [
     ("3. c\n4. d", '<ol start="3">\n<li>c</li>\n<li>d</li>\n</ol>\n'),
     (
         "| a | b |\n|---|--:|\n| 1 | 2 |",
-        '<div class="table-wrap"><table><thead>\n<tr>\n<th>a</th>\n<th>b</th>\n</tr>\n'
-        "</thead>\n<tbody>\n<tr>\n<td>1</td>\n<td>2</td>\n</tr>\n</tbody>\n</table></div>",
+        '<div class="table-wrap"><table><thead>\n<tr>\n<th>a</th>\n'
+        '<th class="align-right">b</th>\n</tr>\n'
+        '</thead>\n<tbody>\n<tr>\n<td>1</td>\n<td class="align-right">2</td>\n</tr>\n</tbody>\n'
+        "</table></div>",
     ),
     (
         "```python\nif a < b:\n    print('no')\n```",
