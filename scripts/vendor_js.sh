@@ -35,7 +35,7 @@ unpack "markdown-it@$MARKDOWN_IT" markdown-it
 place "$work/markdown-it" "static/vendor/markdown-it-$MARKDOWN_IT" dist/browser/markdown-it.umd.min.js LICENSE
 
 unpack "dompurify@$DOMPURIFY" dompurify
-place "$work/dompurify" "static/vendor/dompurify-$DOMPURIFY" dist/purify.min.js LICENSE
+place "$work/dompurify" "static/vendor/dompurify-$DOMPURIFY" dist/purify.min.js LICENSE LICENSE-MPL
 
 unpack "@highlightjs/cdn-assets@$HIGHLIGHT" highlight
 place "$work/highlight" "static/vendor/highlight.js-$HIGHLIGHT" \
