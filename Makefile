@@ -8,7 +8,7 @@ export DEBUG ?= 1
 export PATH := $(BIN):$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run run-split test chaos soak setup venv redis migrate lint lock model bench clean-venv
+.PHONY: run run-split test chaos soak setup venv redis migrate lint lock model bench clean-venv vendor screenshots
 
 run: setup model
 	@$(BIN)/python manage.py create_dev_login
@@ -78,6 +78,16 @@ MINUTES ?= 30
 soak: setup
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	nice -n 5 $(BIN)/python -m bench.soak --minutes $(MINUTES)
+
+# The browser libraries (markdown-it, DOMPurify, highlight.js; axe-core for the tests) at the
+# exact versions in scripts/vendor_js.sh, from the npm registry into static/vendor/ (committed).
+vendor:
+	scripts/vendor_js.sh
+
+# The README's screenshots, on a stack of its own (Daphne with the model, a worker whose images
+# all fail); not part of `make test`. Writes docs/screenshots/*.png.
+screenshots: setup model
+	$(BIN)/python -m tests.support.screenshots
 
 lint: venv
 	$(BIN)/ruff check .

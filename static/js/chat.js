@@ -1,12 +1,14 @@
-/* Tandem's conversation page: the live socket, the composer; Markdown is markdown.js's.
+/* Tandem's conversation page: the live socket, the composer; Markdown is markdown.js's,
+ * copy buttons copy.js's, Esc shortcuts.js's.
  *
  * Hand-written, no build step. Everything the server or the model sends is escaped first
- * (static/js/markdown.js renders text with a fixed set of safe tags, nothing else).
+ * (static/js/markdown.js renders text through markdown-it and DOMPurify: safe tags only).
  */
 (function () {
   "use strict";
 
   var renderMarkdown = window.TandemMarkdown.render;  // static/js/markdown.js
+  var drawMarkdown = window.TandemMarkdown.draw;
 
   // ------------------------------------------------------------------ the conversation page
 
@@ -94,13 +96,16 @@
 
   function drawTextBody(part, node) {
     var md = node.querySelector(".md");
-    md.innerHTML = renderMarkdown(part.text);
+    var oldCaret = md.querySelector(".caret");
+    if (oldCaret) { oldCaret.remove(); }
+    drawMarkdown(md, part.text); // keeps the finished blocks' DOM
     if (part.state === "streaming") {
       // The caret sits at the end of the text, inside its last paragraph, item or code block.
       var caret = el("span", { className: "caret", "aria-hidden": "true" });
       var last = md.lastElementChild;
       while (last && /^(UL|OL)$/.test(last.tagName) && last.lastElementChild) { last = last.lastElementChild; }
-      if (last && last.tagName === "PRE") { last = last.firstElementChild; }
+      if (last && last.classList.contains("code-block")) { last = last.querySelector("pre code"); }
+      if (last && last.classList.contains("table-wrap")) { last = null; }
       (last && last.tagName !== "HR" ? last : md).appendChild(caret);
     }
     node.dataset.seq = String(part.seq);
@@ -240,6 +245,7 @@
     if (data.role === "user") {
       if (data.wants_image) { head.appendChild(el("span", { className: "chip", text: "with image" })); }
       branchControls(data, head);
+      head.appendChild(copyMessageButton(data));
       return head;
     }
     if (data.status === "partial") {
@@ -264,7 +270,19 @@
       again.addEventListener("click", function () { regenerate(data.id, again); });
       head.appendChild(again);
     }
+    head.appendChild(copyMessageButton(data));
     return head;
+  }
+
+  function copyMessageButton(data) {
+    // Copies the Markdown source: the user's words, or the shown version's text as it stands.
+    var words = data.role === "user" ? "Copy your message" : "Copy the reply's text";
+    return window.TandemCopy.button("Copy", words, function () { // static/js/copy.js
+      if (data.role === "user") { return data.text; }
+      var text = data.parts.filter(function (p) { return p.kind === "text"; })[0];
+      var live = text && parts.get(text.id);
+      return live ? live.text : "";
+    });
   }
 
   function versionNav(data) {
@@ -495,7 +513,29 @@
       keepingScroll(function () { redrawPart(part); });
       return;
     }
-    if (node) { keepingScroll(function () { drawTextBody(part, node); }); }
+    if (node) { drawOnNextFrame(part); }
+  }
+
+  // A streaming text is redrawn at most once per animation frame, however many pieces came.
+  var dirtyParts = new Set();
+  var frameAsked = false;
+
+  function drawOnNextFrame(part) {
+    dirtyParts.add(part.id);
+    if (frameAsked) { return; }
+    frameAsked = true;
+    requestAnimationFrame(function () {
+      frameAsked = false;
+      var ids = Array.from(dirtyParts);
+      dirtyParts.clear();
+      keepingScroll(function () {
+        ids.forEach(function (id) {
+          var current = parts.get(id);
+          var node = document.querySelector('.part-text[data-part-id="' + id + '"]');
+          if (current && node && current.state === node.dataset.state) { drawTextBody(current, node); }
+        });
+      });
+    });
   }
 
   function onPartState(event) {

@@ -1,123 +1,105 @@
-/* Tandem's safe Markdown renderer: window.TandemMarkdown.render(text) -> HTML.
+/* Tandem's Markdown: window.TandemMarkdown.render(text) -> safe HTML, .draw(node, text).
  *
- * Hand-written, no build step; loaded before chat.js. Everything is escaped first; the
- * Markdown pass only ever adds a fixed set of tags (p, br, strong, em, code, pre, ul, ol,
- * li, h3-h6, hr, a with an http(s) href), so neither a user nor the model can inject markup.
+ * Kept libraries do the work (static/vendor/, loaded before this file): markdown-it parses
+ * with raw HTML off, highlight.js colours fenced code, and DOMPurify sanitises the result
+ * against a fixed list of tags and attributes, so neither a user nor the model can inject
+ * markup. Links must be http(s) and open with rel="noopener noreferrer".
  */
 (function () {
   "use strict";
 
-  var ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  var hljs = window.hljs;
+  var DOMPurify = window.DOMPurify;
+  var LANGUAGE = /^[\w+#.-]{1,32}$/;
+
+  var md = window.markdownit({ html: false, linkify: true, breaks: true, typographer: false });
+  md.disable(["image"]); // a remote picture would be blocked by img-src 'self' anyway: keep it text
+  md.validateLink = function (url) { return /^https?:\/\//i.test(url); };
+
+  // A reply's "# Title" must not outrank the page's own h1: headings start at h3.
+  md.core.ruler.push("tandem_heading_levels", function (state) {
+    state.tokens.forEach(function (token) {
+      if (token.type === "heading_open" || token.type === "heading_close") {
+        token.tag = "h" + Math.min(6, Number(token.tag.slice(1)) + 2);
+      }
+    });
+  });
+
+  // Column alignment as a class, not markdown-it's style="text-align: …", which the CSP
+  // (style-src 'self') refuses.
+  md.core.ruler.push("tandem_align_classes", function (state) {
+    state.tokens.forEach(function (token) {
+      if (token.type !== "th_open" && token.type !== "td_open") { return; }
+      var style = token.attrGet("style");
+      if (!style) { return; }
+      token.attrs = token.attrs.filter(function (attr) { return attr[0] !== "style"; });
+      var align = /text-align:\s*(left|center|right)/.exec(style);
+      if (align) { token.attrSet("class", "align-" + align[1]); }
+    });
+  });
 
   function escapeHtml(text) {
-    return String(text).replace(/[&<>"']/g, function (c) { return ESCAPES[c]; });
+    return md.utils.escapeHtml(String(text));
   }
 
-  function emphasis(html) {
-    // Runs on escaped text: the only tags it can add are <strong> and <em>.
-    return html
-      .replace(/\*\*(?=\S)([^\n]*?\S)\*\*/g, "<strong>$1</strong>")
-      .replace(/(^|[^\w])__(?=\S)([^\n]*?\S)__(?!\w)/g, "$1<strong>$2</strong>")
-      .replace(/(^|[^*\w])\*([^\s*<](?:[^*<\n]*?[^\s*<])?)\*(?![*\w])/g, "$1<em>$2</em>")
-      .replace(/(^|[^_\w])_([^\s_<](?:[^_<\n]*?[^\s_<])?)_(?![_\w])/g, "$1<em>$2</em>");
-  }
-
-  function link(url, labelHtml) {
-    return '<a href="' + url + '" rel="noopener noreferrer" target="_blank">' + labelHtml + "</a>";
-  }
-
-  // A URL inside escaped text: it stops at whitespace, at "<" and at an escaped quote or bracket.
-  var URL_CHARS = "(?:(?!&(?:quot|lt|gt|#39);)[^\\s<\\u0000])";
-  var MD_LINK = new RegExp("\\[([^\\]\\n]+)\\]\\((https?:\\/\\/" + URL_CHARS + "+?)\\)", "g");
-  var BARE_URL = new RegExp("\\bhttps?:\\/\\/" + URL_CHARS + "+", "g");
-
-  function inline(escaped) {
-    var slots = [];
-    function keep(html) { return "\u0000" + (slots.push(html) - 1) + "\u0000"; }
-    var html = escaped
-      .replace(/`([^`\n]+)`/g, function (m, code) { return keep("<code>" + code + "</code>"); })
-      .replace(MD_LINK, function (m, label, url) { return keep(link(url, emphasis(label))); })
-      .replace(BARE_URL, function (url) {
-        var trail = url.match(/[.,;:!?)\]]+$/);
-        var tail = trail ? trail[0] : "";
-        url = url.slice(0, url.length - tail.length);
-        return keep(link(url, url)) + tail;
-      });
-    html = emphasis(html);
-    return html.replace(/\u0000(\d+)\u0000/g, function (m, n) { return slots[Number(n)]; });
-  }
-
-  function inlineLines(lines) {
-    return lines.map(function (line) { return inline(escapeHtml(line)); }).join("<br>");
-  }
-
-  var FENCE = /^\s{0,3}(`{3,}|~{3,})\s*([\w+#.-]*)\s*$/;
-  var ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
-  var HEADING = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
-  var RULE = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
-
-  function renderMarkdown(source) {
-    var lines = String(source == null ? "" : source)
-      .replace(/\u0000/g, "")
-      .replace(/\r\n?/g, "\n")
-      .split("\n");
-    var out = [];
-    var para = [];
-    var i = 0;
-    function flush() {
-      if (para.length) { out.push("<p>" + inlineLines(para) + "</p>"); para = []; }
+  function highlighted(code, lang) {
+    if (lang && hljs && hljs.getLanguage(lang)) {
+      return hljs.highlight(code, { language: lang, ignoreIllegals: true }).value;
     }
-    while (i < lines.length) {
-      var line = lines[i];
-      var fence = line.match(FENCE);
-      if (fence) {
-        flush();
-        var marker = fence[1];
-        var closing = new RegExp("^\\s{0,3}" + (marker[0] === "`" ? "`" : "~") + "{" + marker.length + ",}\\s*$");
-        var body = [];
-        i += 1;
-        while (i < lines.length && !closing.test(lines[i])) { body.push(lines[i]); i += 1; }
-        i += 1; // the closing fence (an unclosed one, mid-stream, runs to the end)
-        var lang = fence[2] ? ' data-lang="' + escapeHtml(fence[2]) + '"' : "";
-        out.push("<pre><code" + lang + ">" + escapeHtml(body.join("\n")) + "</code></pre>");
-        continue;
-      }
-      if (/^\s*$/.test(line)) { flush(); i += 1; continue; }
-      if (RULE.test(line)) { flush(); out.push("<hr>"); i += 1; continue; }
-      var heading = line.match(HEADING);
-      if (heading) {
-        flush();
-        var level = Math.min(heading[1].length + 2, 6);
-        out.push("<h" + level + ">" + inline(escapeHtml(heading[2])) + "</h" + level + ">");
-        i += 1;
-        continue;
-      }
-      var item = line.match(ITEM);
-      if (item) {
-        flush();
-        var ordered = /\d/.test(item[2]);
-        var items = [];
-        while (i < lines.length) {
-          var m = lines[i].match(ITEM);
-          if (m && /\d/.test(m[2]) === ordered) { items.push([m[3]]); i += 1; continue; }
-          if (!m && items.length && /^\s{2,}\S/.test(lines[i])) {
-            items[items.length - 1].push(lines[i].trim()); i += 1; continue;
-          }
-          break;
-        }
-        var start = ordered ? parseInt(item[2], 10) : 1;
-        var open = ordered ? (start !== 1 ? '<ol start="' + start + '">' : "<ol>") : "<ul>";
-        out.push(open + items.map(function (parts) {
-          return "<li>" + inlineLines(parts) + "</li>";
-        }).join("") + (ordered ? "</ol>" : "</ul>"));
-        continue;
-      }
-      para.push(line);
-      i += 1;
-    }
-    flush();
-    return out.join("");
+    return escapeHtml(code);
   }
 
-  window.TandemMarkdown = { render: renderMarkdown, escape: escapeHtml };
+  // A fenced block: a head with its language and a copy button (static/js/copy.js handles the
+  // click), then the highlighted code. An unclosed fence (mid-stream) runs to the end.
+  md.renderer.rules.fence = function (tokens, idx) {
+    var token = tokens[idx];
+    var lang = token.info.trim().split(/\s+/)[0];
+    lang = LANGUAGE.test(lang) ? lang.toLowerCase() : "";
+    var code = token.content.replace(/\n$/, "");
+    return '<div class="code-block"><div class="code-head"><span class="code-lang">' +
+      escapeHtml(lang || "code") + '</span><button type="button" class="copy-code">Copy</button></div>' +
+      '<pre><code class="hljs' + (lang ? " language-" + escapeHtml(lang) : "") + '">' +
+      highlighted(code, lang) + "</code></pre></div>";
+  };
+
+  // Wide tables scroll inside their own box, not the page (a phone is 390 px wide).
+  md.renderer.rules.table_open = function () { return '<div class="table-wrap"><table>'; };
+  md.renderer.rules.table_close = function () { return "</table></div>"; };
+
+  var PURIFY = {
+    ALLOWED_TAGS: [
+      "p", "br", "strong", "em", "s", "code", "pre", "ul", "ol", "li", "a", "hr", "blockquote",
+      "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td", "div", "span", "button",
+    ],
+    ALLOWED_ATTR: ["href", "rel", "target", "start", "class", "type"],
+    ALLOW_DATA_ATTR: false,
+  };
+  DOMPurify.addHook("afterSanitizeAttributes", function (node) {
+    if (node.tagName === "A") {
+      if (!/^https?:\/\//i.test(node.getAttribute("href") || "")) { node.removeAttribute("href"); }
+      node.setAttribute("rel", "noopener noreferrer");
+      node.setAttribute("target", "_blank");
+    }
+  });
+
+  function render(source) {
+    return DOMPurify.sanitize(md.render(String(source == null ? "" : source)), PURIFY);
+  }
+
+  /* Draws `source` into `node`, keeping every leading block that did not change: while a
+   * reply streams only its last block is rebuilt, so finished paragraphs and code blocks keep
+   * their DOM (a selection or a focused copy button survives, nothing above jumps). */
+  function draw(node, source) {
+    var box = document.createElement("div");
+    box.innerHTML = render(source);
+    var fresh = Array.prototype.slice.call(box.childNodes);
+    var same = 0;
+    while (same < fresh.length && same < node.childNodes.length && node.childNodes[same].isEqualNode(fresh[same])) {
+      same += 1;
+    }
+    while (node.childNodes.length > same) { node.removeChild(node.lastChild); }
+    fresh.slice(same).forEach(function (child) { node.appendChild(child); });
+  }
+
+  window.TandemMarkdown = { render: render, draw: draw, escape: escapeHtml };
 })();

@@ -1,0 +1,33 @@
+/* The narrow layout: below 760 px the conversation list hides behind the top bar's
+ * "Conversations" button, which opens it over the page; Esc or a click outside closes it.
+ */
+(function () {
+  "use strict";
+
+  var toggle = document.getElementById("sidebar-toggle");
+  var sidebar = document.getElementById("sidebar");
+  if (!toggle || !sidebar) { return; }
+
+  function setOpen(open) {
+    toggle.setAttribute("aria-expanded", open ? "true" : "false");
+    document.body.classList.toggle("sidebar-open", open);
+  }
+
+  toggle.addEventListener("click", function () {
+    var open = toggle.getAttribute("aria-expanded") !== "true";
+    setOpen(open);
+    if (open) { (sidebar.querySelector("a, input, button") || sidebar).focus(); }
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && document.body.classList.contains("sidebar-open")) {
+      event.preventDefault(); // handled here: shortcuts.js leaves a streaming reply alone
+      setOpen(false);
+      toggle.focus();
+    }
+  });
+  document.addEventListener("click", function (event) {
+    if (document.body.classList.contains("sidebar-open") && !sidebar.contains(event.target) && !toggle.contains(event.target)) {
+      setOpen(false);
+    }
+  });
+})();
