@@ -121,7 +121,7 @@ async def run_case(args, transport: str, count: int, viewers: list):
             for i, client in enumerate(clients)
         ]
         await phase.connected.wait()
-        rss_held = servers.rss()
+        rss_held, threads_held = servers.rss(), servers.threads()
         cpu_server, cpu_bench = servers.cpu_seconds(), time.process_time()
         start = time.time()
         await asyncio.sleep(args.window)
@@ -148,6 +148,7 @@ async def run_case(args, transport: str, count: int, viewers: list):
         transport=transport,
         conversations=conversations,
         servers=args.servers,
+        threads_held=threads_held,
         server_cpu=round(cpu_server, 2),
         bench_cpu=round(cpu_bench, 2),
         load_before=round(load_before, 2),

@@ -165,6 +165,10 @@ class Servers:
     def cpu_seconds(self) -> float:
         return sum(server.cpu_seconds() for server in self.all)
 
+    def threads(self) -> int:
+        """OS threads of all the Daphnes (an SSE stream once held one each)."""
+        return sum(server.process.num_threads() for server in self.all)
+
     def stop(self) -> None:
         for server in self.all:
             server.stop()

@@ -39,6 +39,7 @@ class Row:
     rss_before_mib: float
     rss_held_mib: float
     kib_per_connection: float | None
+    threads_held: int
     server_cpu: float
     cpu_ms_per_delivery: float | None
     bench_cpu: float
@@ -117,6 +118,7 @@ COLUMNS = [
     ("delay_p99_ms", "delay p99 ms"),
     ("delay_max_ms", "max ms"),
     ("kib_per_connection", "KiB/conn"),
+    ("threads_held", "threads"),
     ("server_cpu", "daphne CPU"),
     ("cpu_ms_per_delivery", "CPU ms/msg"),
     ("bench_cpu", "bench CPU"),

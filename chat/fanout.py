@@ -84,10 +84,8 @@ class Reader:
             if self.lost is not None:
                 return None
             self._wake.clear()
-            if timeout is None:
+            async with asyncio.timeout(timeout):  # None: no limit
                 await self._wake.wait()
-            else:
-                await asyncio.wait_for(self._wake.wait(), timeout)
         return self._items.popleft()
 
     def close(self) -> None:

@@ -200,7 +200,7 @@ class TextStreamWriter:
         """
         gathered, live.gathered = live.gathered, []
         self._gathering.pop(live.part.pk, None)
-        if not gathered:
+        if not gathered or live.part.pk in self._gone:  # a deleted part's pieces go nowhere
             return
         if not self._redis.open():
             live.tail_behind = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import psutil
 import pytest
 from django.contrib.auth import get_user_model
 from websockets.sync.client import connect
@@ -140,3 +141,21 @@ def test_a_forced_gap_is_mended_on_both_transports(server, transport):
         ("part.state", {"id": text, "state": "succeeded", "seq": 6, "text": "Hello world!?"}),
         ("message.state", {"message_id": message, "status": "complete"}),
     ]
+
+
+def test_sse_streams_hold_no_thread_each(server):
+    """Twenty open SSE streams of one reply: Daphne's threads stay about as many as before
+    (the view once held a thread-sensitive executor, one OS thread, per stream)."""
+    session = signed_in(server, "sse-threads")
+    part = streaming_reply(get_user_model().objects.get(username="sse-threads"))
+    daphne = psutil.Process(server.service.pid)
+    url = f"{server.url}/m/{part.message_id}/events"
+    before = daphne.num_threads()
+    streams = [session.get(url, stream=True, timeout=30) for _ in range(20)]
+    try:
+        assert all(stream.status_code == 200 for stream in streams)
+        held = daphne.num_threads()
+    finally:
+        for stream in streams:
+            stream.close()
+    assert held - before < 5, (before, held)

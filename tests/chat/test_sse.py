@@ -88,7 +88,7 @@ def test_reconnect_mid_stream_loses_and_repeats_nothing(engine_server):
     ) as second:
         for event in read_events(second):
             if event["event"] == "part.delta":
-                assert event["data"]["first"] == last_seq + 1, "a gap or a repeat after reconnecting"
+                assert event["data"]["first"] == last_seq + 1, "a gap or a repeat on reconnecting"
                 text, last_seq = text + event["data"]["text"], event["id"]
             elif event["event"] == "part.state" and event["data"]["kind"] == "text":
                 final_state = event["data"]
