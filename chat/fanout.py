@@ -101,6 +101,9 @@ class Hub:
         self._pubsub: aioredis.client.PubSub | None = None
         self._client: aioredis.Redis | None = None
         self._task: asyncio.Task | None = None
+        # One command at a time: two first subscribes at once would each open a connection,
+        # and the one not read would swallow its channel's events.
+        self._commands = asyncio.Lock()
 
     async def join(self, conversation_id: int) -> Reader:
         """A reader of the conversation, subscribed once this returns (so a snapshot taken
@@ -111,9 +114,9 @@ class Hub:
         try:
             confirmed = self._confirmed.get(channel)
             if confirmed is None:
-                pubsub = self._connection()
                 confirmed = self._confirmed[channel] = asyncio.get_running_loop().create_future()
-                await pubsub.subscribe(channel)
+                async with self._commands:
+                    await self._connection().subscribe(channel)
             await asyncio.wait_for(asyncio.shield(confirmed), JOIN_TIMEOUT)
         except (redis.RedisError, OSError, TimeoutError) as exc:
             self.leave(reader)
@@ -159,7 +162,9 @@ class Hub:
             return  # a reader came back meanwhile, or the subscription is gone anyway
         self._confirmed.pop(channel, None)
         try:
-            await self._pubsub.unsubscribe(channel)
+            async with self._commands:
+                if channel not in self._readers and self._pubsub is not None:
+                    await self._pubsub.unsubscribe(channel)
         except (redis.RedisError, OSError) as exc:
             self._broken(exc)
 
@@ -197,7 +202,7 @@ class Hub:
 
     def _broken(self, exc: Exception) -> None:
         """The subscription broke: every reader resumes; the next join reconnects."""
-        log.warning("live events subscription lost (%s readers resume): %s", self.readers, exc)
+        log.warning("live events subscription lost (%s readers resume): %r", self.readers, exc)
         pubsub, self._pubsub = self._pubsub, None
         for readers in self._readers.values():
             for reader in readers:
@@ -206,6 +211,7 @@ class Hub:
         for confirmed in self._confirmed.values():
             if not confirmed.done():
                 confirmed.set_exception(ConnectionError("the subscription was lost"))
+                confirmed.exception()  # marked as read: a waiter that timed out never reads it
         self._confirmed.clear()
         if pubsub is not None:
             asyncio.get_running_loop().create_task(pubsub.aclose())

@@ -11,7 +11,7 @@ from channels.testing import WebsocketCommunicator
 
 from chat import events, fanout, live_text
 from chat.consumers import RESUME
-from chat.models import Message, Part
+from chat.models import Conversation, Message, Part
 from chat.parts import part_transition
 from chat.routing import websocket_urlpatterns
 
@@ -130,3 +130,17 @@ async def test_malformed_frames_get_error_events(alice, conversation):
     await ws.send_to(text_data='{"type": "ping"}')
     assert (await ws.receive_json_from(timeout=10)) == {"type": "pong"}
     await ws.disconnect()
+
+
+async def test_readers_that_join_at_once_each_get_their_conversations_events(alice):
+    """Two first joins at once on a fresh hub share one subscription connection (once each
+    opened its own, and one conversation's events went to the connection nobody read)."""
+    create = sync_to_async(Conversation.objects.create)
+    first, second = await create(owner=alice), await create(owner=alice)
+    hub = fanout.hub()
+    readers = await asyncio.gather(hub.join(first.pk), hub.join(second.pk))
+    for conversation, reader in zip((first, second), readers, strict=True):
+        event = {"type": "message.state", "message_id": conversation.pk, "status": "x"}
+        await sync_to_async(events.send)(conversation.pk, event)
+        assert (await asyncio.wait_for(reader.next(), 10)).event == event
+        reader.close()
