@@ -184,7 +184,7 @@ class Hub:
                     confirmed = self._confirmed.get(channel)
                     if confirmed is not None and not confirmed.done():
                         confirmed.set_result(None)
-        except (redis.RedisError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever stops the reading, readers resume
             if pubsub is self._pubsub:
                 self._broken(exc)
 

@@ -15,6 +15,7 @@ framed once per process.
 from __future__ import annotations
 
 import json
+import logging
 
 import redis
 from asgiref.sync import sync_to_async
@@ -29,6 +30,7 @@ from chat.snapshot import message_payload
 from inference.api.sse import sse_response
 
 KEEPALIVE = 15.0
+log = logging.getLogger(__name__)
 
 
 def frame(event: str, data: dict, event_id: int | None = None) -> bytes:
@@ -126,6 +128,7 @@ async def events(request: HttpRequest, message_id: int) -> HttpResponse:
                 if event["type"] == "message.state" and event["status"] != "in_progress":
                     return
             # Dropped to resume: the stream ends and the client reconnects with Last-Event-ID.
+            log.info("sse stream of message %s resumes: %s", message_id, reader.lost)
         finally:
             reader.close()
 
