@@ -5,11 +5,13 @@ Last-Event-ID gets the pieces after it from the live tail, then live events, wit
 repeated (`chat.resume`). When the stream is dropped to resume (`chat.fanout`) it ends, and
 the client's EventSource reconnects with its Last-Event-ID.
 
-An async view that holds no thread while it streams: the database work is done in the
-shared executor (`thread_sensitive=False`), never in the request's own thread-sensitive
-one, which would live as long as the stream (one OS thread per reader, measured in
-docs/benchmarks.md). Events come from the process's subscription (`chat.fanout`) and are
-framed once per process.
+An async view that holds no thread while it streams. Django's handler gives each request a
+one-thread executor for its thread-sensitive calls (every MiddlewareMixin middleware makes
+them), kept until the response ends: for a stream, one idle OS thread per reader (measured in
+docs/benchmarks.md). The view does its own database work in the shared executor
+(`thread_sensitive=False`), and the stream lets the request's executor go as it starts, once
+the middleware is done with it. Events come from the process's subscription (`chat.fanout`)
+and are framed once per process.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import logging
 
 import redis
-from asgiref.sync import sync_to_async
+from asgiref.sync import SyncToAsync, sync_to_async
 from django.contrib.auth import get_user
 from django.db import close_old_connections
 from django.http import Http404, HttpRequest, HttpResponse
@@ -78,6 +80,16 @@ def load(user, message_id: int) -> dict:
     return {"conversation_id": message.conversation_id, "payload": message_payload(message)}
 
 
+def release_request_thread() -> None:
+    """Shut down the request's one-thread executor (asgiref's `ThreadSensitiveContext`); a
+    later thread-sensitive call of this request (the response's close) gets a new one, which
+    the handler shuts down at the end as usual."""
+    context = SyncToAsync.thread_sensitive_context.get(None)
+    executor = SyncToAsync.context_to_thread_executor.pop(context, None)
+    if executor is not None:
+        executor.shutdown(wait=False)
+
+
 def last_event_id(request: HttpRequest) -> int | None:
     raw = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id")
     try:
@@ -104,6 +116,7 @@ async def events(request: HttpRequest, message_id: int) -> HttpResponse:
     resume_from = last_event_id(request)
 
     async def stream():
+        release_request_thread()  # the middleware is done: the stream needs no thread
         try:
             parts = found["payload"]["parts"]
             resume = Resume(parts, message_id=message_id)
