@@ -73,6 +73,9 @@ def raise_open_files_limit() -> None:
 
 def server_env(args: argparse.Namespace, conversations: int) -> dict[str, str]:
     env = {
+        # Its own live events channels: another run on the same Redis database (a test suite,
+        # a second bench) numbers its conversations from 1 too.
+        "TANDEM_CHANNEL_PREFIX": f"bench-{os.getpid()}",
         "TANDEM_ENGINE_SOURCE": args.source,
         "TANDEM_CHAT_MAX_NEW_TOKENS": str(MAX_NEW_TOKENS),
         "TANDEM_MAX_RUNNING": str(max(32, conversations)),
