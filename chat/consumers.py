@@ -80,11 +80,15 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             )
             await self.close()
             return
-        await self.accept()
-        log.info("websocket joined conversation %s", self.conversation_id)
-        messages = await database_sync_to_async(conversation_snapshot)(self.conversation_id)
-        resume = Resume(part for message in messages for part in message["parts"])
-        await self.send_event({"type": "snapshot", "messages": messages})
+        try:
+            await self.accept()
+            log.info("websocket joined conversation %s", self.conversation_id)
+            messages = await database_sync_to_async(conversation_snapshot)(self.conversation_id)
+            resume = Resume(part for message in messages for part in message["parts"])
+            await self.send_event({"type": "snapshot", "messages": messages})
+        except BaseException:  # e.g. the client left before its snapshot: leave the hub too
+            self.reader.close()
+            raise
         self.pump = asyncio.create_task(self.forward(resume))
 
     async def forward(self, resume: Resume) -> None:

@@ -4,7 +4,7 @@ Every web process and Celery worker can reach every browser this way: one PUBLIS
 whatever the number of readers; each web process subscribes once per conversation and hands
 the event to its own sockets and streams (`chat.fanout`). The event travels as the JSON the
 browser gets, so a process encodes nothing per reader. Three event types:
-`part.delta` (a text piece and its per-part sequence number), `part.state` (state, progress,
+`part.delta` (text pieces `first`..`seq` of a part, joined), `part.state` (state, progress,
 error, image URL, text for final states) and `message.state` (the derived status); the
 conversation's own events (`conversation.state`, `conversation.deleted`) are built in
 `chat/conversations.py`, above this layer.
