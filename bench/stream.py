@@ -1,14 +1,18 @@
 """The streaming path under many readers: chat WebSocket and per-message SSE against Daphne.
 
-    .venv/bin/python -m bench.stream --transport ws sse --clients 10 100 1000
+    .venv/bin/python -m bench.stream --transport ws sse --clients 10 100 1000 [--servers 2]
+    .venv/bin/python -m bench.stream --transport ws sse --clients --distinct 1000
 
-Each case starts its own Daphne (free port, the bench's SQLite database under var/bench/),
-starts one streaming reply per watched conversation over HTTP, connects N readers spread
-over those conversations (at most --connect-concurrency connecting at once), reads Daphne's
-RSS, records --window seconds of deltas, presses Stop on every reply and waits for every
-reader to see the end. Delay is the client's receive time minus `t`, the time the engine
-emitted the piece (same machine, same clock). The token source is the synthetic runner
-(--source synthetic, --rate tokens/s per reply) or the real model (--source model).
+Each case starts its own Daphne processes (--servers, free ports, the bench's SQLite database
+under var/bench/), starts one streaming reply per watched conversation over HTTP (reply i in
+Daphne i mod servers), connects N readers spread over those conversations and, round-robin,
+over the Daphnes (at most --connect-concurrency connecting at once), reads the Daphnes' RSS,
+records --window seconds of deltas, presses Stop on every reply and waits for every reader
+to see the end. --distinct N adds, per transport, a case of N readers each watching a reply
+of its own (N distinct replies). Delay is the client's receive time minus `t`, the time the
+engine emitted the (first) piece of a delta (same machine, same clock). The token source is
+the synthetic runner (--source synthetic, --rate tokens/s per reply) or the real model
+(--source model).
 Prints a Markdown table and writes var/bench/stream.json.
 """
 
@@ -31,12 +35,16 @@ DATABASE = "stream.sqlite3"
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--transport", nargs="+", choices=["ws", "sse"], default=["ws", "sse"])
-    parser.add_argument("--clients", nargs="+", type=int, default=[10, 100, 1000])
+    parser.add_argument("--clients", nargs="*", type=int, default=[10, 100, 1000])
     parser.add_argument("--conversations", type=int, default=10, help="replies streaming at once")
     parser.add_argument("--source", choices=["synthetic", "model"], default="synthetic")
     parser.add_argument("--rate", type=float, default=10.0, help="synthetic tokens/s per reply")
     parser.add_argument("--window", type=float, default=10.0, help="seconds of deltas measured")
     parser.add_argument("--connect-concurrency", type=int, default=16)
+    parser.add_argument("--servers", type=int, default=1, help="Daphne processes per case")
+    parser.add_argument(
+        "--distinct", nargs="*", type=int, default=[], help="readers, each of its own reply"
+    )
     parser.add_argument(
         "--workdir", type=Path, default=None, help="database, logs, stream.json (var/bench/)"
     )
@@ -63,11 +71,14 @@ def raise_open_files_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def server_env(args: argparse.Namespace) -> dict[str, str]:
+def server_env(args: argparse.Namespace, conversations: int) -> dict[str, str]:
     env = {
+        # Its own live events channels: another run on the same Redis database (a test suite,
+        # a second bench) numbers its conversations from 1 too.
+        "TANDEM_CHANNEL_PREFIX": f"bench-{os.getpid()}",
         "TANDEM_ENGINE_SOURCE": args.source,
         "TANDEM_CHAT_MAX_NEW_TOKENS": str(MAX_NEW_TOKENS),
-        "TANDEM_MAX_RUNNING": str(max(32, args.conversations)),
+        "TANDEM_MAX_RUNNING": str(max(32, conversations)),
     }
     if args.source == "synthetic":
         env["TANDEM_SYNTHETIC_TOKENS_PER_S"] = str(args.rate)
@@ -78,48 +89,60 @@ def server_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 async def run_case(args, transport: str, count: int, viewers: list):
-    """One Daphne, `count` readers spread over the viewers' replies; returns the case's row."""
+    """--servers Daphnes, `count` readers spread over the viewers' replies; the case's row."""
     from bench.stream_clients import Client, Phase, run_client
-    from bench.stream_server import BenchServer
+    from bench.stream_server import BenchServer, Servers
     from bench.stream_stats import summarize
 
     conversations = len(viewers)
-    server = BenchServer(args.workdir / DATABASE, args.workdir / "logs", **server_env(args))
+    env = server_env(args, -(-conversations // args.servers))
+    servers = Servers(
+        [
+            BenchServer(args.workdir / DATABASE, args.workdir / "logs", **env)
+            for _ in range(args.servers)
+        ]
+    )
     try:
-        await asyncio.to_thread(server.wait_ready)
+        await asyncio.gather(*(asyncio.to_thread(s.wait_ready) for s in servers.all))
         load_before = os.getloadavg()[0]
         # One after another: concurrent turn creation on SQLite can fail with "database is
         # locked" (two deferred transactions upgrading to write), which is not this bench's topic.
-        replies = [await asyncio.to_thread(server.start_turn, viewer) for viewer in viewers]
+        replies = [
+            await asyncio.to_thread(servers.pick(i).start_turn, viewer)
+            for i, viewer in enumerate(viewers)
+        ]
         watched = list(zip(viewers, replies, strict=True))
         clients = [
             Client(viewer.conversation_id, reply, viewer.cookie)
             for viewer, reply in (watched[i % conversations] for i in range(count))
         ]
-        rss_before = server.rss()
+        rss_before = servers.rss()
         gate = asyncio.Semaphore(args.connect_concurrency)
         phase = Phase(count)
         tasks = [
-            asyncio.create_task(run_client(client, transport, server, gate, phase))
-            for client in clients
+            asyncio.create_task(run_client(client, transport, servers.pick(i), gate, phase))
+            for i, client in enumerate(clients)
         ]
         await phase.connected.wait()
-        rss_held = server.rss()
-        cpu_server, cpu_bench = server.cpu_seconds(), time.process_time()
+        rss_held, threads_held = servers.rss(), servers.threads()
+        cpu_server, cpu_bench = servers.cpu_seconds(), time.process_time()
         start = time.time()
         await asyncio.sleep(args.window)
         end = time.time()
-        cpu_server = (server.cpu_seconds() - cpu_server) / (end - start)
+        cpu_server = (servers.cpu_seconds() - cpu_server) / (end - start)
         cpu_bench = (time.process_time() - cpu_bench) / (end - start)
         await asyncio.gather(
-            *(asyncio.to_thread(server.stop_turn, viewer, reply) for viewer, reply in watched)
+            *(
+                asyncio.to_thread(servers.pick(i).stop_turn, viewer, reply)
+                for i, (viewer, reply) in enumerate(watched)
+            )
         )
         _, late = await asyncio.wait(tasks, timeout=END_TIMEOUT)
         for task in late:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
     finally:
-        server.stop()
+        servers.stop()
     return summarize(
         clients,
         (start, end),
@@ -127,6 +150,8 @@ async def run_case(args, transport: str, count: int, viewers: list):
         source=args.source if args.source == "model" else f"synthetic {args.rate:g} tok/s",
         transport=transport,
         conversations=conversations,
+        servers=args.servers,
+        threads_held=threads_held,
         server_cpu=round(cpu_server, 2),
         bench_cpu=round(cpu_bench, 2),
         load_before=round(load_before, 2),
@@ -145,9 +170,11 @@ def main(argv: list[str] | None = None) -> list:
     from bench.stream_stats import machine, table
 
     rows = []
-    for count in args.clients:
+    cases = [(count, min(args.conversations, count)) for count in args.clients]
+    cases += [(count, count) for count in args.distinct]
+    for count, conversations in cases:
         for transport in args.transport:
-            viewers = create_viewers(f"{transport}{count}", min(args.conversations, count))
+            viewers = create_viewers(f"{transport}{count}-{conversations}", conversations)
             row = asyncio.run(run_case(args, transport, count, viewers))
             rows.append(row)
             print(table([row]).splitlines()[-1], flush=True)

@@ -2,8 +2,9 @@
 
 Each client signs in with a session cookie, takes the snapshot the server sends first, then
 records every `part.delta` as (emitted, received): `t` is stamped by the server when the
-engine emitted the piece, the receive time is taken here on the same clock. It checks that
-sequence numbers arrive without a gap and that the reply's end reaches it.
+engine emitted the piece (the first of a delta's range), the receive time is taken here on
+the same clock. It checks that the deltas' seq ranges follow each other without a gap or a
+repeat and that the reply's end reaches it.
 
 The SSE reader speaks HTTP/1.0 over a bare asyncio stream (no chunked encoding: the body is
 the event stream itself) so that a thousand readers cost the shared CPU as little as possible.
@@ -49,6 +50,7 @@ class Client:
     connect_seconds: float = 0.0
     error: str | None = None
     gaps: int = 0
+    duplicates: int = 0
     deltas: list[tuple[float, float]] = field(default_factory=list)
     next_seq: dict[int, int] = field(default_factory=dict)
 
@@ -66,10 +68,11 @@ class Client:
         if kind == "part.delta":
             if event["message_id"] != self.message_id:
                 return
-            part_id, seq = event["part_id"], event["seq"]
-            expected = self.next_seq.get(part_id, seq)
-            if seq != expected:
-                self.gaps += 1
+            part_id, first, seq = event["part_id"], event.get("first", event["seq"]), event["seq"]
+            expected = self.next_seq.get(part_id, first)
+            if first != expected:
+                self.gaps += 1 if first > expected else 0
+                self.duplicates += 1 if first < expected else 0
             self.next_seq[part_id] = seq + 1
             if "t" in event:
                 self.deltas.append((event["t"], received))

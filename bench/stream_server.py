@@ -1,4 +1,4 @@
-"""The streaming bench's server side: its own database, users, Daphne, turns and memory reads.
+"""The streaming bench's server side: its own database, users, Daphnes, turns and memory reads.
 
 The bench runs Django itself only to prepare its SQLite database (var/bench/) with users,
 sessions and conversations; every turn is started over HTTP, inside the Daphne it launched
@@ -148,3 +148,27 @@ class BenchServer:
 
     def stop(self) -> None:
         self.service.stop()
+
+
+class Servers:
+    """The Daphnes of one case: the i-th reply and reader go to Daphne i mod their number."""
+
+    def __init__(self, servers: list[BenchServer]) -> None:
+        self.all = servers
+
+    def pick(self, index: int) -> BenchServer:
+        return self.all[index % len(self.all)]
+
+    def rss(self) -> int:
+        return sum(server.rss() for server in self.all)
+
+    def cpu_seconds(self) -> float:
+        return sum(server.cpu_seconds() for server in self.all)
+
+    def threads(self) -> int:
+        """OS threads of all the Daphnes (an SSE stream once held one each)."""
+        return sum(server.process.num_threads() for server in self.all)
+
+    def stop(self) -> None:
+        for server in self.all:
+            server.stop()

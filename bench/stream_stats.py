@@ -24,8 +24,11 @@ class Row:
     transport: str
     clients: int
     conversations: int
+    servers: int
     held: int
     errors: int
+    gaps: int
+    duplicates: int
     connect_p99_s: float
     deliveries: int
     deliveries_per_s: float
@@ -36,7 +39,9 @@ class Row:
     rss_before_mib: float
     rss_held_mib: float
     kib_per_connection: float | None
+    threads_held: int
     server_cpu: float
+    cpu_ms_per_delivery: float | None
     bench_cpu: float
     load_before: float
     error_kinds: dict[str, int] = field(default_factory=dict)
@@ -50,6 +55,8 @@ def summarize(
 
     `pieces_per_s` is what one reader of a reply got per second (the median reader): below
     the synthetic rate, the engine or the writer thread fell behind the pace.
+    `cpu_ms_per_delivery` is the Daphnes' CPU time in the window over the deltas delivered in
+    it (the engine and writer included).
     """
     start, end = window
     delays = [
@@ -59,19 +66,26 @@ def summarize(
         if start <= emitted < end
     ]
     held = sum(c.connected and c.error is None for c in clients)
-    failed = [c for c in clients if c.error is not None or c.gaps or not c.finished]
+    failed = [c for c in clients if c.error is not None or c.gaps or c.duplicates or not c.finished]
     kinds = Counter(
-        (c.error or "").split(":")[0] or ("sequence gap" if c.gaps else "no end seen")
+        (c.error or "").split(":")[0]
+        or ("sequence gap" if c.gaps else "repeated piece" if c.duplicates else "no end seen")
         for c in failed
     )
     connects = [c.connect_seconds for c in clients if c.connected]
     per_reader = [sum(start <= emitted < end for emitted, _ in c.deltas) for c in clients]
     before, after = rss
     connected = sum(c.connected for c in clients)
+    server_cpu = facts["server_cpu"]
     return Row(
         clients=len(clients),
         held=held,
         errors=len(failed),
+        gaps=sum(c.gaps for c in clients),
+        duplicates=sum(c.duplicates for c in clients),
+        cpu_ms_per_delivery=(
+            round(server_cpu * (end - start) * 1000 / len(delays), 3) if delays else None
+        ),
         connect_p99_s=round(percentile(connects, 99), 3) if connects else 0.0,
         deliveries=len(delays),
         deliveries_per_s=round(len(delays) / (end - start), 1),
@@ -93,15 +107,20 @@ COLUMNS = [
     ("transport", "path"),
     ("clients", "clients"),
     ("conversations", "convs"),
+    ("servers", "daphnes"),
     ("held", "held"),
     ("errors", "errors"),
+    ("gaps", "gaps"),
+    ("duplicates", "dups"),
     ("pieces_per_s", "pieces/s/reply"),
     ("deliveries_per_s", "msgs/s"),
     ("delay_p50_ms", "delay p50 ms"),
     ("delay_p99_ms", "delay p99 ms"),
     ("delay_max_ms", "max ms"),
     ("kib_per_connection", "KiB/conn"),
+    ("threads_held", "threads"),
     ("server_cpu", "daphne CPU"),
+    ("cpu_ms_per_delivery", "CPU ms/msg"),
     ("bench_cpu", "bench CPU"),
     ("load_before", "load"),
 ]

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
+import redis
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 
-from chat.events import group_name
+from chat import fanout
+from chat.events import encode
 from chat.models import Conversation
-from chat.resume import Resume
+from chat.resume import Resume, live
 from chat.snapshot import conversation_snapshot
 
+RESUME = 4000  # the browser reconnects and starts over from a snapshot
 UNAUTHENTICATED = 4401
 NOT_FOUND = 4404
 log = logging.getLogger(__name__)
@@ -46,7 +50,13 @@ def owned(user, conversation_id: int) -> bool:
 
 class ConversationConsumer(AsyncWebsocketConsumer):
     """Live events of one conversation for its owner: a snapshot, then the live tail, by the
-    resume protocol of `chat.resume`."""
+    resume protocol of `chat.resume`.
+
+    The events come from the process's subscription (`chat.fanout`), not the channel layer:
+    a task per socket sends them as they were published, encoded once for every socket.
+    """
+
+    channel_layer_alias = "live events come from chat.fanout"  # no layer: no channel per socket
 
     async def connect(self) -> None:
         user = self.scope["user"]
@@ -60,17 +70,46 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             await self.accept()
             await self.close(code=NOT_FOUND)
             return
-        self.group = group_name(self.conversation_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
-        log.info("websocket joined conversation %s", self.conversation_id)
-        messages = await database_sync_to_async(conversation_snapshot)(self.conversation_id)
-        self.resume = Resume(part for message in messages for part in message["parts"])
-        await self.send_event({"type": "snapshot", "messages": messages})
+        try:
+            self.reader = await fanout.hub().join(self.conversation_id)
+        except (redis.RedisError, OSError, TimeoutError) as exc:
+            log.warning(
+                "websocket refused: no live events for conversation %s: %s",
+                self.conversation_id,
+                exc,
+            )
+            await self.close()
+            return
+        try:
+            await self.accept()
+            log.info("websocket joined conversation %s", self.conversation_id)
+            messages = await database_sync_to_async(conversation_snapshot)(self.conversation_id)
+            resume = Resume(part for message in messages for part in message["parts"])
+            await self.send_event({"type": "snapshot", "messages": messages})
+        except BaseException:  # e.g. the client left before its snapshot: leave the hub too
+            self.reader.close()
+            raise
+        self.pump = asyncio.create_task(self.forward(resume))
+
+    async def forward(self, resume: Resume) -> None:
+        """Send the live events; close for a resume when this socket was dropped."""
+        try:
+            async for event, delivery in live(self.reader, resume):
+                await self.send(text_data=encode(event) if delivery is None else delivery.raw)
+                if event["type"] == "conversation.deleted":
+                    # The conversation is gone: close as for any conversation not found.
+                    await self.close(code=NOT_FOUND)
+                    return
+        except (redis.RedisError, OSError) as exc:
+            self.reader.drop(f"the live tail could not be read: {exc}")
+        log.info("websocket of conversation %s resumes: %s", self.conversation_id, self.reader.lost)
+        await self.close(code=RESUME)
 
     async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if hasattr(self, "reader"):
+            self.reader.close()
+        if hasattr(self, "pump"):
+            self.pump.cancel()
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         """Clients only listen; anything they send is answered with an error, not a crash."""
@@ -86,15 +125,3 @@ class ConversationConsumer(AsyncWebsocketConsumer):
 
     async def send_event(self, event: dict) -> None:
         await self.send(text_data=json.dumps(event))
-
-    async def live_event(self, event: dict) -> None:
-        if self.resume.admit(event):
-            await self.send_event(event)
-
-    part_delta = part_state = message_state = message_update = conversation_state = live_event
-    conversation_branch = live_event
-
-    async def conversation_deleted(self, event: dict) -> None:
-        """The conversation is gone: say so, then close as for any conversation not found."""
-        await self.send_event(event)
-        await self.close(code=NOT_FOUND)

@@ -1,7 +1,10 @@
-"""Live events for the browser, sent through the Redis channel layer to a conversation's group.
+"""Live events for the browser, published on a conversation's Redis pub/sub channel.
 
-Every web process and Celery worker can reach every browser this way. Three event types:
-`part.delta` (a text piece and its per-part sequence number), `part.state` (state, progress,
+Every web process and Celery worker can reach every browser this way: one PUBLISH per event,
+whatever the number of readers; each web process subscribes once per conversation and hands
+the event to its own sockets and streams (`chat.fanout`). The event travels as the JSON the
+browser gets, so a process encodes nothing per reader. Three event types:
+`part.delta` (text pieces `first`..`seq` of a part, joined), `part.state` (state, progress,
 error, image URL, text for final states) and `message.state` (the derived status); the
 conversation's own events (`conversation.state`, `conversation.deleted`) are built in
 `chat/conversations.py`, above this layer.
@@ -9,22 +12,35 @@ conversation's own events (`conversation.state`, `conversation.deleted`) are bui
 
 from __future__ import annotations
 
+import json
 import logging
 
-from channels.exceptions import ChannelFull
-from channels.layers import get_channel_layer
+from django.conf import settings
 from redis.exceptions import RedisError
 
-from chat import layer_sender
 from chat.models import Part
 from chat.states import message_status
+from config.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 
 
-def group_name(conversation_id: int) -> str:
-    """The channel-layer group of one conversation's sockets and streams."""
-    return f"conversation.{conversation_id}"
+def channel_name(conversation_id: int, database: int | None = None) -> str:
+    """The pub/sub channel of one conversation's live events.
+
+    Pub/sub channels are not per Redis database, so the name carries the database number
+    (REDIS_URL's unless given): processes on other databases (another test run, another
+    deployment) never hear it.
+    """
+    prefix = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
+    if database is None:
+        database = redis_client().connection_pool.connection_kwargs.get("db", 0)
+    return f"{prefix}:live:{database}:conversation.{conversation_id}"
+
+
+def encode(event: dict) -> str:
+    """The event as the browser's WebSocket receives it."""
+    return json.dumps(event, separators=(",", ":"))
 
 
 def part_payload(part: Part) -> dict:
@@ -55,8 +71,8 @@ def send(conversation_id: int, event: dict) -> bool:
     event was not sent.
     """
     try:
-        layer_sender.run(get_channel_layer().group_send(group_name(conversation_id), event))
-    except (RedisError, OSError, ChannelFull):  # a time limit or a bug still propagates
+        redis_client().publish(channel_name(conversation_id), encode(event))
+    except (RedisError, OSError):
         log.warning(
             "could not send %s to conversation %s",
             event.get("type"),
@@ -76,13 +92,22 @@ def message_state_event(message_id: int, states: list[str]) -> dict:
 
 
 def delta_event(
-    part_id: int, message_id: int, seq: int, text: str, emitted: float | None = None
+    part_id: int,
+    message_id: int,
+    seq: int,
+    text: str,
+    emitted: float | None = None,
+    first: int | None = None,
 ) -> dict:
-    """A text piece; `t` is when the engine emitted it (time.time()), for bench/stream.py."""
+    """Text pieces `first`..`seq` of a part, joined (one piece when `first` is not given).
+
+    `t` is when the engine emitted the first of them (time.time()), for bench/stream.py.
+    """
     event = {
         "type": "part.delta",
         "part_id": part_id,
         "message_id": message_id,
+        "first": seq if first is None else first,
         "seq": seq,
         "text": text,
     }

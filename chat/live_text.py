@@ -1,8 +1,9 @@
 """The live tail of streaming text parts, kept in Redis between database saves.
 
-Every delta is appended to a per-part Redis list before it is broadcast, so a browser that
-(re)connects can rebuild the text exactly: the saved text (seq N) from the database, then
-list items N+1.. from here, then the live events it receives after joining the group.
+Every piece is appended to a per-part Redis list before the delta carrying it is broadcast,
+so a browser that (re)connects can rebuild the text exactly: the saved text (seq N) from the
+database, then list items N+1.. from here, then the live events it receives after joining
+its conversation's channel; a reader that sees a gap in the seqs mends it from here.
 When Redis is unreachable the tail is skipped, never the text: the writer keeps streaming
 into the database, and a reconnecting client then gets the last saved text.
 """
@@ -41,9 +42,9 @@ def reset(part_id: int) -> None:
     _quietly("reset", part_id, lambda r: r.delete(KEY.format(part_id)))
 
 
-def append(part_id: int, text: str) -> bool:
-    """Record delta number len(list) + 1 of a part; False when Redis did not take it."""
-    return _quietly("append", part_id, lambda r: r.rpush(KEY.format(part_id), text)) is not None
+def append(part_id: int, *pieces: str) -> bool:
+    """Record the next pieces of a part (item n is piece n); False when Redis did not take them."""
+    return _quietly("append", part_id, lambda r: r.rpush(KEY.format(part_id), *pieces)) is not None
 
 
 def rebuild(part_id: int, pieces: list[str]) -> bool:

@@ -1,25 +1,38 @@
 """GET /messages/<id>/events: the same live events as the WebSocket, for one message, as SSE.
 
-Each text delta carries `id: <seq>`; a client reconnecting with Last-Event-ID gets the pieces
-after it from the live tail, then live events, with none lost or repeated (`chat.resume`).
+Each text delta carries `id: <seq>` (the last seq of its range); a client reconnecting with
+Last-Event-ID gets the pieces after it from the live tail, then live events, with none lost or
+repeated (`chat.resume`). When the stream is dropped to resume (`chat.fanout`) it ends, and
+the client's EventSource reconnects with its Last-Event-ID.
+
+An async view that holds no thread while it streams. Django's handler gives each request a
+one-thread executor for its thread-sensitive calls (every MiddlewareMixin middleware makes
+them), kept until the response ends: for a stream, one idle OS thread per reader (measured in
+docs/benchmarks.md). The view does its own database work in the shared executor
+(`thread_sensitive=False`), and the stream lets the request's executor go as it starts, once
+the middleware is done with it. Events come from the process's subscription (`chat.fanout`)
+and are framed once per process.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
+import logging
 
-from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
+import redis
+from asgiref.sync import SyncToAsync, sync_to_async
+from django.contrib.auth import get_user
+from django.db import close_old_connections
 from django.http import Http404, HttpRequest, HttpResponse
 
-from chat.events import group_name
+from chat import fanout
 from chat.models import Message
-from chat.resume import Resume, catch_up
+from chat.resume import Resume, catch_up, live
 from chat.snapshot import message_payload
 from inference.api.sse import sse_response
 
 KEEPALIVE = 15.0
+log = logging.getLogger(__name__)
 
 
 def frame(event: str, data: dict, event_id: int | None = None) -> bytes:
@@ -28,7 +41,7 @@ def frame(event: str, data: dict, event_id: int | None = None) -> bytes:
 
 
 def event_frame(event: dict) -> bytes:
-    """A channel-layer event as SSE: its type names the event, a delta's seq is its id."""
+    """A live event as SSE: its type names the event, a delta's last seq is its id."""
     data = {key: value for key, value in event.items() if key != "type"}
     if event["type"] == "part.delta":
         return frame("part.delta", data, event["seq"])
@@ -37,7 +50,25 @@ def event_frame(event: dict) -> bytes:
     return frame(event["type"], data)
 
 
-@sync_to_async
+def shared_executor(function):
+    """Run in the loop's shared threads, with the connection hygiene of a request."""
+
+    def run(*args):
+        close_old_connections()
+        try:
+            return function(*args)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(run, thread_sensitive=False)
+
+
+@shared_executor
+def signed_in(request: HttpRequest):
+    return get_user(request)
+
+
+@shared_executor
 def load(user, message_id: int) -> dict:
     message = (
         Message.objects.filter(pk=message_id, conversation__owner=user, role="assistant")
@@ -49,6 +80,16 @@ def load(user, message_id: int) -> dict:
     return {"conversation_id": message.conversation_id, "payload": message_payload(message)}
 
 
+def release_request_thread() -> None:
+    """Shut down the request's one-thread executor (asgiref's `ThreadSensitiveContext`); a
+    later thread-sensitive call of this request (the response's close) gets a new one, which
+    the handler shuts down at the end as usual."""
+    context = SyncToAsync.thread_sensitive_context.get(None)
+    executor = SyncToAsync.context_to_thread_executor.pop(context, None)
+    if executor is not None:
+        executor.shutdown(wait=False)
+
+
 def last_event_id(request: HttpRequest) -> int | None:
     raw = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id")
     try:
@@ -58,25 +99,30 @@ def last_event_id(request: HttpRequest) -> int | None:
 
 
 async def events(request: HttpRequest, message_id: int) -> HttpResponse:
-    user = await request.auser()
+    user = await signed_in(request)
     if not user.is_authenticated:
         return HttpResponse(status=401)
     found = await load(user, message_id)
-    layer = get_channel_layer()
-    channel = await layer.new_channel()
-    group = group_name(found["conversation_id"])
-    await layer.group_add(group, channel)
-    # Snapshot after joining: see chat/resume.py for why this order gives no gap.
-    found = await load(user, message_id)
+    try:
+        reader = await fanout.hub().join(found["conversation_id"])
+    except (redis.RedisError, OSError, TimeoutError):
+        return HttpResponse("Live events are unavailable; try again.", status=503)
+    try:
+        # Snapshot after joining: see chat/resume.py for why this order gives no gap.
+        found = await load(user, message_id)
+    except BaseException:
+        reader.close()
+        raise
     resume_from = last_event_id(request)
 
     async def stream():
+        release_request_thread()  # the middleware is done: the stream needs no thread
         try:
             parts = found["payload"]["parts"]
             resume = Resume(parts, message_id=message_id)
             for part in parts:
                 if resume_from is not None:
-                    deltas, part = await sync_to_async(catch_up)(part, resume_from)
+                    deltas, part = await shared_executor(catch_up)(part, resume_from)
                     for delta in deltas:
                         yield event_frame(delta)
                 yield frame("part.state", part)
@@ -85,18 +131,18 @@ async def events(request: HttpRequest, message_id: int) -> HttpResponse:
             )
             if found["payload"]["status"] != "in_progress":
                 return
-            while True:
-                try:
-                    event = await asyncio.wait_for(layer.receive(channel), KEEPALIVE)
-                except TimeoutError:
+            async for event, delivery in live(reader, resume, idle=KEEPALIVE):
+                if event is None:
                     yield b": keepalive\n\n"
                     continue
-                if not resume.admit(event):
-                    continue
-                yield event_frame(event)
+                yield (
+                    event_frame(event) if delivery is None else delivery.encoded("sse", event_frame)
+                )
                 if event["type"] == "message.state" and event["status"] != "in_progress":
                     return
+            # Dropped to resume: the stream ends and the client reconnects with Last-Event-ID.
+            log.info("sse stream of message %s resumes: %s", message_id, reader.lost)
         finally:
-            await layer.group_discard(group, channel)
+            reader.close()
 
     return sse_response(stream())

@@ -8,6 +8,12 @@ one writer thread per web process drains: it numbers each text piece, appends it
 tail in Redis, broadcasts `part.delta`, saves the text at most every SAVE_INTERVAL seconds
 (and at the end), and finishes the part through the guarded `chat.parts`.
 
+A part's pieces go out together, as one delta carrying their seq range: whatever the queue
+holds when the writer reaches the end of it, or what gathered over WINDOW seconds when the
+queue never empties, or FLUSH_SIZE characters; at once before a save and at the end. An idle
+writer so adds no delay, and a busy one sends one tail append and one PUBLISH per part and
+window, however many pieces and readers.
+
 While Redis is down the writer skips the tail and the deltas without calling Redis (a
 `RedisGate` probes it at most every second), so it keeps pace with the engine and the text
 still reaches the database; when Redis answers, a part whose appends were skipped gets its
@@ -43,6 +49,8 @@ from inference.engine import EngineEvent, FinishReason
 
 log = logging.getLogger(__name__)
 SAVE_INTERVAL = 0.5
+WINDOW = 0.05  # seconds a part's pieces may wait to go out together
+FLUSH_SIZE = 2048  # characters gathered that go out at once
 RETRY_INTERVAL = 0.5  # seconds between tries of the final saves that failed
 
 FINAL_STATE = {
@@ -70,6 +78,9 @@ class LivePart:
     unsaved: dict = field(default_factory=dict)  # fields a failed save still owes the row
     deferred: bool = False  # a save failed and none has succeeded since (logged once)
     final: tuple[str, dict, float] | None = None  # (state, fields, emitted) not saved yet
+    gathered: list[str] = field(default_factory=list)  # pieces not sent yet
+    gathered_at: float = 0.0  # when the first of them came (time.monotonic())
+    gathered_emitted: float = 0.0  # when the engine emitted the first of them (time.time())
 
 
 class TextStreamWriter:
@@ -86,6 +97,7 @@ class TextStreamWriter:
         self._redis = RedisGate()
         self._gone: set[int] = set()  # parts whose rows were deleted: their events are dropped
         self._handling = threading.RLock()  # held while one event is handled
+        self._gathering: dict[int, LivePart] = {}  # parts with pieces not sent yet
 
     def forget(self, part_ids: list[int]) -> None:
         """Drop every event still queued for these parts (their conversation was deleted).
@@ -130,6 +142,7 @@ class TextStreamWriter:
             try:
                 with self._handling:
                     if live.part.pk in self._gone:
+                        self._gathering.pop(live.part.pk, None)
                         if event.is_finished:
                             self._gone.discard(live.part.pk)
                         continue
@@ -138,6 +151,8 @@ class TextStreamWriter:
                 log.exception("text writer failed on part %s", live.part.pk)
             finally:
                 close_old_connections()
+            if self._gathering:
+                self._send_gathered(everything=self._queue.empty())
             if self._unsaved_ends and time.monotonic() - self._retried_at >= RETRY_INTERVAL:
                 self._retry_ends()
 
@@ -149,17 +164,48 @@ class TextStreamWriter:
             live.seq += 1
             live.text += event.text
             live.pieces.append(event.text)
-            self._publish(live, event.text, emitted)
+            self._gather(live, event.text, emitted)
         if event.is_finished:
+            self._publish(live)
             self._finish(live, event, emitted)
         elif time.monotonic() - live.saved_at >= SAVE_INTERVAL and live.seq != live.saved_seq:
+            self._publish(live)
             self._save(live)
 
-    def _publish(self, live: LivePart, text: str, emitted: float) -> None:
-        """Append the piece to the live tail and broadcast it, or skip both while Redis is down.
+    def _gather(self, live: LivePart, text: str, emitted: float) -> None:
+        if not live.gathered:
+            live.gathered_at, live.gathered_emitted = time.monotonic(), emitted
+            self._gathering[live.part.pk] = live
+        live.gathered.append(text)
+        if sum(map(len, live.gathered)) >= FLUSH_SIZE:
+            self._publish(live)
 
-        The tail is rebuilt whole when appends were skipped, so item n is always delta n.
+    def _send_gathered(self, everything: bool) -> None:
+        """Send every part's gathered pieces (the queue is empty: nothing more to wait for),
+        or those of parts whose window is over."""
+        now = time.monotonic()
+        with self._handling:
+            while self._gathering:
+                live = next(iter(self._gathering.values()))  # the oldest window first
+                if not everything and now - live.gathered_at < WINDOW:
+                    return
+                try:
+                    with bound_log_ids(part_id=live.part.pk):
+                        self._publish(live)
+                except Exception:  # one bad part must not stop everyone else's text
+                    log.exception("text writer failed on part %s", live.part.pk)
+
+    def _publish(self, live: LivePart) -> None:
+        """Append the gathered pieces to the live tail and broadcast them as one delta, or skip
+        both while Redis is down.
+
+        The tail is rebuilt whole when appends were skipped, so item n is always piece n; a
+        reader that missed the skipped deltas mends them from it (`chat.resume`).
         """
+        gathered, live.gathered = live.gathered, []
+        self._gathering.pop(live.part.pk, None)
+        if not gathered or live.part.pk in self._gone:  # a deleted part's pieces go nowhere
+            return
         if not self._redis.open():
             live.tail_behind = True
             return
@@ -167,9 +213,12 @@ class TextStreamWriter:
         if live.tail_behind:
             recorded = live_text.rebuild(part.pk, live.pieces)
         else:
-            recorded = live_text.append(part.pk, text)
+            recorded = live_text.append(part.pk, *gathered)
         live.tail_behind = not recorded
-        delta = events.delta_event(part.pk, part.message_id, live.seq, text, emitted)
+        first = live.seq - len(gathered) + 1
+        delta = events.delta_event(
+            part.pk, part.message_id, live.seq, "".join(gathered), live.gathered_emitted, first
+        )
         if not recorded or not events.send(live.conversation_id, delta):
             self._redis.failed()
 

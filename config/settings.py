@@ -176,6 +176,9 @@ STORAGES = {
 }
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# The chat's live events do not use the channel layer: they are Redis pub/sub, one PUBLISH per
+# event and one subscription per process (chat/events.py, chat/fanout.py), named with this
+# prefix. The layer carries the diagnostic echo socket (chat/consumers.py EchoConsumer).
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",

@@ -20,6 +20,7 @@ USED_WITHOUT_IMPORT = {
     "daphne": "the ASGI server: the Procfile's command and an INSTALLED_APPS entry",
     "honcho": "runs the Procfile under `make run`",
     "whitenoise": "middleware named in settings",
+    "channels-redis": "the channel layer named in settings.CHANNEL_LAYERS (the echo socket)",
     "python-json-logger": "the JSON log formatter named in settings.LOGGING",
     "accelerate": "transformers refuses to load a GGUF file without it",
     "pytest-django": "pytest plugin (the DJANGO_SETTINGS_MODULE ini option)",

@@ -503,8 +503,11 @@
   function onDelta(event) {
     if (deferIfUnknown(event.message_id, event)) { return; }
     var part = parts.get(event.part_id);
+    // A delta carries pieces first..seq of its part (the server gathers a few at a time).
+    var first = event.first === undefined ? event.seq : event.first;
     if (!part || event.seq <= part.seq) { return; } // already have it (snapshot or earlier)
-    if (event.seq > part.seq + 1) { resync("missed text pieces"); return; }
+    // The server mends gaps from the live tail; one that still shows means start over.
+    if (first !== part.seq + 1) { resync("missed text pieces"); return; }
     part.text += event.text;
     part.seq = event.seq;
     var node = document.querySelector('[data-part-id="' + part.id + '"]');

@@ -1,6 +1,6 @@
 """Redis stops for 30 s while 20 turns come in; nothing is lost and everything ends.
 
-Redis carries the channel layer (live events), the live text tail, the heartbeats and the
+Redis carries the live events (pub/sub), the live text tail, the heartbeats and the
 Celery broker, and this one keeps nothing on disk: stopping it loses every queued task as a
 crash would. Half the turns are sent before the stop (their replies are streaming when it
 goes), half during the outage. Text keeps streaming into the database; images that could not

@@ -1,12 +1,17 @@
-"""The conversation consumer on the real Redis channel layer (WebsocketCommunicator)."""
+"""The conversation consumer on real Redis pub/sub (WebsocketCommunicator): the snapshot, the
+live events, deltas with seq ranges, a forced gap mended from the live tail, and readers that
+fall behind dropped to resume without holding up the others."""
+
+import asyncio
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
-from chat import events, live_text, services
-from chat.models import Message, Part
+from chat import events, fanout, live_text, services
+from chat.consumers import RESUME
+from chat.models import Conversation, Message, Part
 from chat.parts import part_transition
 from chat.routing import websocket_urlpatterns
 
@@ -50,9 +55,47 @@ async def test_snapshot_includes_the_live_tail_then_dedupes(alice, conversation)
     await send(conversation.pk, events.delta_event(*ids, 4, "ld"))  # already in the snapshot
     await send(conversation.pk, events.delta_event(*ids, 5, "!"))
     delta = await ws.receive_json_from(timeout=10)
-    assert (delta["type"], delta["seq"], delta["text"]) == ("part.delta", 5, "!")
+    assert (delta["type"], delta["first"], delta["seq"], delta["text"]) == ("part.delta", 5, 5, "!")
     assert await ws.receive_nothing(timeout=0.3)
     await ws.disconnect()
+
+
+async def test_a_forced_gap_is_mended_from_the_live_tail(alice, conversation):
+    """Pieces 5 and 6 reach the tail but their delta is lost on the way (never published);
+    the reader sees the next delta start at 7, fetches 5..6 from the tail and sends one delta
+    of 5..7 in its place: the page gets every piece once, in order. A gap the tail cannot
+    mend (pieces that were never recorded) makes the socket close for a resume instead."""
+    part = await sync_to_async(streaming_reply)(conversation, "Hello", 2, [" wor", "ld"])
+    ws = await connect(alice, conversation.pk)
+    await ws.receive_json_from(timeout=10)
+    ids = part.pk, part.message_id
+    await sync_to_async(live_text.append)(part.pk, "!", "?", ".")
+    send = sync_to_async(events.send)
+    await send(conversation.pk, events.delta_event(*ids, 7, ".", first=7))  # 5..6 never sent
+    mended = await ws.receive_json_from(timeout=10)
+    assert (mended["first"], mended["seq"], mended["text"]) == (5, 7, "!?.")
+    await send(conversation.pk, events.delta_event(*ids, 9, ":)", first=8))
+    assert await ws.receive_json_from(timeout=10) == {**events.delta_event(*ids, 9, ":)", first=8)}
+    await send(conversation.pk, events.delta_event(*ids, 12, "~", first=12))  # 10..11: nowhere
+    closed = await ws.receive_output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": RESUME}
+
+
+async def test_a_reader_that_falls_behind_is_dropped_and_the_others_keep_up(
+    conversation, monkeypatch
+):
+    monkeypatch.setattr(fanout, "LIMIT", 5)
+    hub = fanout.hub()
+    slow, quick = await hub.join(conversation.pk), await hub.join(conversation.pk)
+    send = sync_to_async(events.send)
+    for n in range(1, 11):
+        await send(conversation.pk, {"type": "message.state", "message_id": n, "status": "x"})
+        delivery = await asyncio.wait_for(quick.next(), 10)
+        assert delivery.event["message_id"] == n
+    assert await asyncio.wait_for(slow.next(), 10) is None
+    assert slow.lost == "fell 5 events behind"
+    slow.close()
+    quick.close()
 
 
 async def test_part_and_message_state_reach_the_socket(alice, conversation):
@@ -106,3 +149,17 @@ async def test_another_branch_shown_reaches_the_socket_and_counts_as_seen(alice,
     )
     assert await ws.receive_nothing(timeout=0.3)  # seq 3 came with the branch
     await ws.disconnect()
+
+
+async def test_readers_that_join_at_once_each_get_their_conversations_events(alice):
+    """Two first joins at once on a fresh hub share one subscription connection (once each
+    opened its own, and one conversation's events went to the connection nobody read)."""
+    create = sync_to_async(Conversation.objects.create)
+    first, second = await create(owner=alice), await create(owner=alice)
+    hub = fanout.hub()
+    readers = await asyncio.gather(hub.join(first.pk), hub.join(second.pk))
+    for conversation, reader in zip((first, second), readers, strict=True):
+        event = {"type": "message.state", "message_id": conversation.pk, "status": "x"}
+        await sync_to_async(events.send)(conversation.pk, event)
+        assert (await asyncio.wait_for(reader.next(), 10)).event == event
+        reader.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import psutil
 import pytest
 from django.contrib.auth import get_user_model
 from websockets.sync.client import connect
@@ -66,11 +67,11 @@ def shown(kind: str, data: dict) -> Shown:
     if kind == "part.state":
         return kind, {key: data[key] for key in ("id", "state", "seq", "text")}
     if kind == "part.delta":
-        return kind, {key: data[key] for key in ("part_id", "seq", "text")}
+        return kind, {key: data[key] for key in ("part_id", "first", "seq", "text")}
     return kind, {"message_id": data["message_id"], "status": data["status"]}
 
 
-def over_websocket(server: Daphne, session, part: Part) -> list[Shown]:
+def over_websocket(server: Daphne, session, part: Part, send=send_live_events) -> list[Shown]:
     """The socket's snapshot as the part and message states it holds, then the live events."""
     url = f"{server.ws_url}/ws/conversations/{part.message.conversation_id}/"
     headers = {"Cookie": f"sessionid={session.cookies['sessionid']}", "Origin": server.url}
@@ -80,7 +81,7 @@ def over_websocket(server: Daphne, session, part: Part) -> list[Shown]:
         [reply] = [m for m in snapshot["messages"] if m["id"] == part.message_id]
         seen += [shown("part.state", p) for p in reply["parts"]]
         seen.append(shown("message.state", {"message_id": reply["id"], **reply}))
-        send_live_events(part)
+        send(part)
         while seen[-1] != shown("message.state", {"message_id": reply["id"], "status": "complete"}):
             event = json.loads(ws.recv(timeout=10))
             data = event["part"] if event["type"] == "part.state" else event
@@ -88,14 +89,14 @@ def over_websocket(server: Daphne, session, part: Part) -> list[Shown]:
     return seen
 
 
-def over_sse(server: Daphne, session, part: Part) -> list[Shown]:
+def over_sse(server: Daphne, session, part: Part, send=send_live_events) -> list[Shown]:
     """The stream's frames; its headers come once it joined, so the events can go then."""
     url = f"{server.url}/m/{part.message_id}/events"
     seen: list[Shown] = []
     with session.get(url, stream=True, timeout=30) as response:
         assert response.headers["Content-Type"].startswith("text/event-stream")
         assert response.headers["Cache-Control"] == "no-cache"
-        send_live_events(part)
+        send(part)
         for event in read_events(response):
             if event["event"] == "part.delta":
                 assert event["id"] == event["data"]["seq"]
@@ -112,7 +113,49 @@ def test_snapshot_then_only_new_events_on_both_transports(server, transport):
         ("part.state", {"id": text, "state": "streaming", "seq": 4, "text": "Hello world"}),
         ("message.state", {"message_id": message, "status": "in_progress"}),
         ("part.state", {"id": text, "state": "streaming", "seq": 6, "text": "Hello world!!"}),
-        ("part.delta", {"part_id": text, "seq": 7, "text": "?"}),
+        ("part.delta", {"part_id": text, "first": 7, "seq": 7, "text": "?"}),
         ("part.state", {"id": text, "state": "succeeded", "seq": 7, "text": "Hello world!!?"}),
         ("message.state", {"message_id": message, "status": "complete"}),
     ]
+
+
+def send_with_a_gap(part: Part) -> None:
+    """Pieces 5 and 6 reach the live tail, but only the delta of 6 is sent: 5's is lost."""
+    conversation_id = part.message.conversation_id
+    live_text.append(part.pk, "!", "?")
+    events.send(conversation_id, events.delta_event(part.pk, part.message_id, 6, "?"))
+    part_transition(part.pk, Part.State.SUCCEEDED, text="Hello world!?", seq=6)
+
+
+@pytest.mark.parametrize("transport", [over_websocket, over_sse], ids=["ws", "sse"])
+def test_a_forced_gap_is_mended_on_both_transports(server, transport):
+    """The reader mends the gap from the live tail: one delta of 5..6, then the end."""
+    username = f"gap-{transport.__name__}"
+    session = signed_in(server, username)
+    part = streaming_reply(get_user_model().objects.get(username=username))
+    text, message = part.pk, part.message_id
+    assert transport(server, session, part, send_with_a_gap) == [
+        ("part.state", {"id": text, "state": "streaming", "seq": 4, "text": "Hello world"}),
+        ("message.state", {"message_id": message, "status": "in_progress"}),
+        ("part.delta", {"part_id": text, "first": 5, "seq": 6, "text": "!?"}),
+        ("part.state", {"id": text, "state": "succeeded", "seq": 6, "text": "Hello world!?"}),
+        ("message.state", {"message_id": message, "status": "complete"}),
+    ]
+
+
+def test_sse_streams_hold_no_thread_each(server):
+    """Twenty open SSE streams of one reply: Daphne's threads stay about as many as before
+    (the view once held a thread-sensitive executor, one OS thread, per stream)."""
+    session = signed_in(server, "sse-threads")
+    part = streaming_reply(get_user_model().objects.get(username="sse-threads"))
+    daphne = psutil.Process(server.service.pid)
+    url = f"{server.url}/m/{part.message_id}/events"
+    before = daphne.num_threads()
+    streams = [session.get(url, stream=True, timeout=30) for _ in range(20)]
+    try:
+        assert all(stream.status_code == 200 for stream in streams)
+        held = daphne.num_threads()
+    finally:
+        for stream in streams:
+            stream.close()
+    assert held - before < 5, (before, held)

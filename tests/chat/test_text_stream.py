@@ -35,6 +35,15 @@ def settled(part: Part, state: str) -> Part:
     return Part.objects.get(pk=part.pk)
 
 
+def contiguous(deltas: list[dict]) -> tuple[str, int]:
+    """The text and last seq of deltas whose ranges follow each other without gap or overlap."""
+    text, seq = "", 0
+    for delta in deltas:
+        assert delta["first"] == seq + 1 and delta["seq"] >= delta["first"], (seq, delta)
+        text, seq = text + delta["text"], delta["seq"]
+    return text, seq
+
+
 def test_pieces_are_numbered_tailed_broadcast_saved_and_finished(conversation, monkeypatch):
     monkeypatch.setattr(text_stream, "SAVE_INTERVAL", 0.0)  # save after every piece
     part = streaming_part(conversation)
@@ -54,13 +63,33 @@ def test_pieces_are_numbered_tailed_broadcast_saved_and_finished(conversation, m
     assert (final.prompt_tokens, final.completion_tokens) == (5, 4)
     assert final.first_token_at is not None and final.finished_at is not None
     assert live_text.tail(part.pk, 0) == ["Hel", "lo", "!"]
-    deltas = [(e["seq"], e["text"]) for e in sent if e["type"] == "part.delta"]
-    assert deltas == [(1, "Hel"), (2, "lo"), (3, "!")]
-    assert all(e["t"] > 0 for e in sent if e["type"] == "part.delta")
+    deltas = [e for e in sent if e["type"] == "part.delta"]
+    assert (deltas[0]["first"], deltas[0]["seq"], deltas[0]["text"]) == (1, 1, "Hel")
+    assert contiguous(deltas) == ("Hello!", 3)
+    assert all(e["t"] > 0 for e in deltas)
     states = [e["part"]["state"] for e in sent if e["type"] == "part.state"]
     assert states == ["succeeded"]
     complete = {"type": "message.state", "message_id": part.message_id, "status": "complete"}
     assert sent[-1] == complete
+
+
+def test_pieces_that_queue_up_go_out_together_as_one_range(conversation):
+    """While the writer is busy the engine's pieces queue up; they go out as a few deltas with
+    seq ranges, not one each, and the ranges join up to the whole text."""
+    part = streaming_part(conversation)
+    text_stream.writer.ensure_running()
+    feed = text_stream.writer.callback(part, conversation.pk)
+    pieces = [f" w{n}" for n in range(1, 101)]
+    with EventTap(conversation.pk) as tap:
+        with text_stream.writer._handling:  # the writer is busy: the pieces wait in its queue
+            for index, piece in enumerate(pieces):
+                feed(token(index, piece))
+            feed(token(100, ".", is_finished=True, finish_reason=FinishReason.LENGTH))
+        settled(part, Part.State.SUCCEEDED)
+        deltas = [e for e in tap.settle() if e["type"] == "part.delta"]
+    assert contiguous(deltas) == ("".join(pieces) + ".", 101)
+    assert len(deltas) <= 5, [(d["first"], d["seq"]) for d in deltas]
+    assert live_text.tail(part.pk, 0) == [*pieces, "."]
 
 
 @pytest.mark.parametrize(
@@ -110,7 +139,7 @@ def test_while_redis_is_down_the_text_goes_on_and_the_tail_is_rebuilt_when_it_re
     every piece back, so the tail still numbers delta n as item n; the text is all there."""
     monkeypatch.setattr(text_stream, "SAVE_INTERVAL", 0.0)
     server = new_redis_server(service_logs).start()
-    settings.REDIS_URL = server.url  # the live tail's Redis; events still go to the shared one
+    settings.REDIS_URL = server.url  # the live tail's and the events' Redis
     try:
         part = streaming_part(conversation)
         text_stream.writer.ensure_running()

@@ -46,7 +46,7 @@ def test_markup_from_the_user_or_the_model_renders_as_text(chat):
     assert_inert(user_text, dialogs)
 
     # The model's side: stop the real reply, then send its part the same markup as model
-    # text, through the channel layer and the real socket, as the stream writer would.
+    # text, through the live events and the real socket, as the stream writer would.
     part = chat.text_part
     if chat.reply.locator("button.stop").count():
         chat.reply.locator("button.stop").click()

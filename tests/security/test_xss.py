@@ -1,8 +1,8 @@
 """Hostile markup in prompts, titles and model output renders inert in the real Chromium.
 
 Every payload, if it ever ran, would set `window.__xss`. The page is loaded with them saved
-(the server-rendered snapshot) and then sent them live as model text through the channel
-layer and the real socket, as the stream writer does (the model cannot be made to emit them
+(the server-rendered snapshot) and then sent them live as model text through the live
+events and the real socket, as the stream writer does (the model cannot be made to emit them
 on demand, so this is the one injected fault). A control image with an onerror handler, added
 by the test itself, proves that handlers in this page do fire: once it has, the payloads' own
 error events have had their turn too, so nothing waits on a timer. The page's

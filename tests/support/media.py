@@ -1,9 +1,8 @@
 """Real processes and observers for the media tests: Celery workers, a private Redis, and a
-listener on a conversation's channel-layer group (what a browser socket would receive)."""
+listener on a conversation's live events channel (what a browser socket would receive)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import uuid
@@ -13,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 
 from tests.support.database import test_database_url
@@ -144,54 +142,52 @@ def celery_broker(url: str) -> Iterator[None]:
 
 
 class EventTap:
-    """Receives a conversation's channel-layer events in a thread, as a browser socket does."""
+    """Receives a conversation's live events in a thread, as a web process does for its
+    sockets: subscribed to the conversation's pub/sub channel (`chat.events`)."""
 
     def __init__(self, conversation_id: int, redis_url: str | None = None) -> None:
-        self.group = f"conversation.{conversation_id}"
-        self.redis_url = redis_url or settings.REDIS_URL
+        from chat.events import channel_name
+
+        self._redis = redis.Redis.from_url(redis_url or settings.REDIS_URL, socket_timeout=30)
+        database = self._redis.connection_pool.connection_kwargs.get("db", 0)
+        self.channel = channel_name(conversation_id, database)
         self.events: list[dict] = []
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._listen(),), daemon=True)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task | None = None
-        self._layer: RedisChannelLayer | None = None
+        self._stop = threading.Event()
+        self._pubsub = self._redis.pubsub()
+        self._thread = threading.Thread(target=self._listen, daemon=True)
 
     def __enter__(self) -> EventTap:
+        self._pubsub.subscribe(self.channel)
+        confirmed = self._pubsub.get_message(timeout=10)
+        assert confirmed and confirmed["type"] == "subscribe", "the event tap did not subscribe"
         self._thread.start()
-        assert self._ready.wait(10), "the event tap did not join its group"
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._loop.call_soon_threadsafe(self._task.cancel)
+        self._stop.set()
         self._thread.join(10)
+        self._pubsub.close()
+        self._redis.close()
 
-    async def _listen(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
-        prefix = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
-        # redis-py's default 5 s read timeout would cut the layer's 5 s blocking pops short.
-        host = {"address": self.redis_url, "socket_timeout": 30}
-        self._layer = RedisChannelLayer(hosts=[host], prefix=prefix)
-        channel = await self._layer.new_channel()
-        await self._layer.group_add(self.group, channel)
-        self._ready.set()
-        try:
-            while True:
-                self.events.append(await self._layer.receive(channel))
-        except asyncio.CancelledError:
-            pass
-        finally:
-            await self._layer.close_pools()
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            try:
+                message = self._pubsub.get_message(timeout=0.1)
+            except (redis.RedisError, OSError):
+                # A test that stops its Redis: listen again once it is back, as a page does.
+                self._stop.wait(0.2)
+                continue
+            if message is not None and message["type"] == "message":
+                self.events.append(json.loads(message["data"]))
 
     def settle(self, timeout: float = 10) -> list[dict]:
         """Wait until every event sent before now has arrived, then return them all.
 
-        A marker goes through the same group; the layer delivers in order, so once the
-        marker is here, so is everything sent before it.
+        A marker goes through the same channel; Redis delivers in order, so once the marker
+        is here, so is everything sent before it.
         """
         marker = uuid.uuid4().hex
-        send = self._layer.group_send(self.group, {"type": "tap.marker", "marker": marker})
-        asyncio.run_coroutine_threadsafe(send, self._loop).result(timeout)
+        self._redis.publish(self.channel, json.dumps({"type": "tap.marker", "marker": marker}))
         wait_until(
             lambda: any(event.get("marker") == marker for event in self.events),
             timeout,

@@ -105,13 +105,14 @@ def read_stream(
         if kind == "part.delta" and data["part_id"] == seen.part_id:
             deltas += 1
             seen.arrivals.append(time.monotonic())
-            if data["seq"] == seen.seq + 1:
+            first = data.get("first", data["seq"])  # a delta carries pieces first..seq
+            if first == seen.seq + 1:
                 seen.text += data["text"]
                 seen.seq = data["seq"]
-            elif data["seq"] > seen.seq + 1 and resync:
+            elif first > seen.seq + 1 and resync:
                 seen.resyncs += 1
                 return False
-            elif data["seq"] > seen.seq + 1:
+            elif first > seen.seq + 1:
                 seen.gaps += 1
             if drop_after is not None and deltas >= drop_after:
                 return False
