@@ -285,22 +285,30 @@
     });
   }
 
-  function versionNav(data) {
-    // "‹ 2 / 3 ›": the versions of a regenerated reply; the one shown is the model's history.
-    var busy = data.status === "in_progress";
+  function stepper(kind, current, count, busy, show) {
+    // "‹ 2 / 3 ›" between the versions of a reply or the branches of an edited message;
+    // `show(n, button)` asks the server for the one to put on screen (and in the history).
     var step = function (label, words, to) {
       var button = el("button", {
-        type: "button", className: "version-step", text: label, "aria-label": words,
-        disabled: busy || to < 1 || to > data.versions ? "" : null,
+        type: "button", className: "version-step " + kind + "-step", text: label, "aria-label": words,
+        disabled: busy || to < 1 || to > count ? "" : null,
       });
-      button.addEventListener("click", function () { showVersion(data.id, to, button); });
+      button.addEventListener("click", function () { show(to, button); });
       return button;
     };
-    return el("span", { className: "versions", role: "group", "aria-label": "Versions of this reply" }, [
-      step("‹", "Previous version", data.version - 1),
-      el("span", { className: "version-label", text: data.version + " / " + data.versions }),
-      step("›", "Next version", data.version + 1),
+    var plural = kind === "branch" ? "branches" : "versions";
+    var group = kind === "branch" ? "Branches from this message" : "Versions of this reply";
+    return el("span", { className: "versions " + plural, role: "group", "aria-label": group }, [
+      step("‹", "Previous " + kind, current - 1),
+      el("span", { className: "version-label " + kind + "-label", text: current + " / " + count }),
+      step("›", "Next " + kind, current + 1),
     ]);
+  }
+
+  function versionNav(data) {
+    // The versions of a regenerated reply; the one shown is the model's history.
+    return stepper("version", data.version, data.versions, data.status === "in_progress",
+      function (to, button) { showVersion(data.id, to, button); });
   }
 
   // -------------------------------------------------------------- branches (edit and resend)
@@ -315,19 +323,8 @@
 
   function branchNav(data) {
     // Drawn like the versions of a reply; the branch shown is the model's history.
-    var step = function (label, words, to) {
-      var button = el("button", {
-        type: "button", className: "version-step branch-step", text: label, "aria-label": words,
-        disabled: to < 1 || to > data.branches ? "" : null,
-      });
-      button.addEventListener("click", function () { showBranch(data.id, to, button); });
-      return button;
-    };
-    return el("span", { className: "versions branches", role: "group", "aria-label": "Branches from this message" }, [
-      step("‹", "Previous branch", data.branch - 1),
-      el("span", { className: "version-label branch-label", text: data.branch + " / " + data.branches }),
-      step("›", "Next branch", data.branch + 1),
-    ]);
+    return stepper("branch", data.branch, data.branches, false,
+      function (to, button) { showBranch(data.id, to, button); });
   }
 
   function startEdit(data, button) {

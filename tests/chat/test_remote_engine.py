@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 
 from chat.models import Conversation, Part
 from inference.provisioning import synthetic
-from tests.chat.test_sse import post_turn, read_events, signed_in
+from tests.chat.test_sse import logged_in, post_turn, read_events, signed_in
 from tests.conftest import serving
 from tests.support.processes import free_port, wait_until
 
@@ -168,7 +168,7 @@ def test_a_down_replica_passes_the_conversation_to_the_next(engine_box, failover
     user = get_user_model().objects.create_user("failover", password="failover-pass")
     while (conversation := Conversation.objects.create(owner=user)).pk % 2:
         pass  # an even id starts at the first replica: the dead one
-    session = signed_in_again(failover_web, "failover")
+    session = logged_in(failover_web, "failover")
     created = post_turn(failover_web, session, conversation.pk, "Anyone there?")
     reply_id = created.json()["reply"]["id"]
     with session.get(f"{failover_web.url}/m/{reply_id}/events", stream=True, timeout=60) as r:
@@ -181,24 +181,6 @@ def test_a_down_replica_passes_the_conversation_to_the_next(engine_box, failover
         (engine_box.url, True),
     ]
     assert "ConnectError" in engines[0]["last_error"]
-
-
-def signed_in_again(server, username: str) -> requests.Session:
-    """A session for a user the test already made (signed_in creates one)."""
-    session = requests.Session()
-    session.get(f"{server.url}/accounts/login/", timeout=30)
-    session.post(
-        f"{server.url}/accounts/login/",
-        data={
-            "username": username,
-            "password": f"{username}-pass",
-            "csrfmiddlewaretoken": session.cookies["csrftoken"],
-        },
-        headers={"Referer": f"{server.url}/accounts/login/"},
-        timeout=30,
-    )
-    assert "sessionid" in session.cookies
-    return session
 
 
 def test_an_unreachable_engine_fails_the_part_with_the_reason(service_logs):

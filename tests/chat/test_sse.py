@@ -12,8 +12,13 @@ pytestmark = [pytest.mark.model, pytest.mark.django_db(transaction=True)]
 
 
 def signed_in(server, username: str) -> requests.Session:
-    """A browser-like session: logged in through the form, with its CSRF cookie."""
+    """A browser-like session of a new user: logged in through the form, with its CSRF cookie."""
     get_user_model().objects.create_user(username, password=f"{username}-pass")
+    return logged_in(server, username)
+
+
+def logged_in(server, username: str) -> requests.Session:
+    """A browser-like session of a user already made (password `<username>-pass`)."""
     session = requests.Session()
     session.get(f"{server.url}/accounts/login/", timeout=30)
     response = session.post(
