@@ -189,17 +189,13 @@ def turn_create(request: HttpRequest, conversation_id: int | None = None) -> Htt
 @login_required
 @require_POST
 def message_stop(request: HttpRequest, message_id: int) -> HttpResponse:
-    message = get_object_or_404(
-        Message, pk=message_id, conversation__owner=request.user, role=Message.Role.ASSISTANT
-    )
-    services.message_stop(message)
+    services.message_stop(own_message(request, message_id, Message.Role.ASSISTANT))
     return JsonResponse({"ok": True}, status=202)
 
 
-def assistant_message(request: HttpRequest, message_id: int) -> Message:
-    return get_object_or_404(
-        Message, pk=message_id, conversation__owner=request.user, role=Message.Role.ASSISTANT
-    )
+def own_message(request: HttpRequest, message_id: int, role: Message.Role) -> Message:
+    """The user's own message of that role, or 404 (another user's is as absent as none)."""
+    return get_object_or_404(Message, pk=message_id, conversation__owner=request.user, role=role)
 
 
 @login_required
@@ -207,7 +203,9 @@ def assistant_message(request: HttpRequest, message_id: int) -> Message:
 def message_regenerate(request: HttpRequest, message_id: int) -> HttpResponse:
     """A new version of a finished reply: 202 with the reply as it now stands."""
     try:
-        message = services.reply_regenerate(request.user, assistant_message(request, message_id))
+        message = services.reply_regenerate(
+            request.user, own_message(request, message_id, Message.Role.ASSISTANT)
+        )
     except services.TurnRefused as error:
         return refused(error)
     return JsonResponse({"message": message_payload(message)}, status=202)
@@ -217,7 +215,7 @@ def message_regenerate(request: HttpRequest, message_id: int) -> HttpResponse:
 @require_POST
 def message_version(request: HttpRequest, message_id: int) -> HttpResponse:
     """POST JSON {"version": n}: show that version of the reply (and use it in the history)."""
-    message = assistant_message(request, message_id)
+    message = own_message(request, message_id, Message.Role.ASSISTANT)
     body = json_body(request)
     if body is None or type(body.get("version")) is not int:
         return JsonResponse({"error": 'Send {"version": 2}.'}, status=400)
@@ -228,18 +226,12 @@ def message_version(request: HttpRequest, message_id: int) -> HttpResponse:
     return JsonResponse({"message": message_payload(message)})
 
 
-def user_message(request: HttpRequest, message_id: int) -> Message:
-    return get_object_or_404(
-        Message, pk=message_id, conversation__owner=request.user, role=Message.Role.USER
-    )
-
-
 @login_required
 @require_POST
 def message_edit(request: HttpRequest, message_id: int) -> HttpResponse:
     """POST JSON {"text"}: the edited message starts a new branch; 201 with the branch now
     on screen (`messages`) and the new reply's id."""
-    message = user_message(request, message_id)
+    message = own_message(request, message_id, Message.Role.USER)
     body = json_body(request)
     if body is None or not isinstance(body.get("text"), str):
         return JsonResponse({"error": 'Send {"text": "..."}.'}, status=400)
@@ -258,7 +250,7 @@ def message_edit(request: HttpRequest, message_id: int) -> HttpResponse:
 def message_branch(request: HttpRequest, message_id: int) -> HttpResponse:
     """POST JSON {"branch": n}: show that branch at this user message (and use it in the
     model's history); 200 with the branch now on screen."""
-    message = user_message(request, message_id)
+    message = own_message(request, message_id, Message.Role.USER)
     body = json_body(request)
     if body is None or type(body.get("branch")) is not int:
         return JsonResponse({"error": 'Send {"branch": 2}.'}, status=400)
