@@ -15,6 +15,7 @@ from bench.stats import PeerRun, Trace
 from bench.workload import sleep_until
 from inference.engine import Engine, EngineConfig, EngineEvent, EngineObserver, SamplingParams
 from inference.engine.model_runner import ModelRunner
+from inference.engine.openmp import release_thread_pool
 
 
 class FeedCounter(EngineObserver):
@@ -58,7 +59,12 @@ class TandemPeer:
         return self.engine.submit(prompt, params, on_event=on_event)
 
     def run(self, prompts: list[list[int]], arrivals: list[float], new_tokens: int) -> PeerRun:
-        """Submit each prompt at started + its arrival offset and wait for all to finish."""
+        """Submit each prompt at started + its arrival offset and wait for all to finish.
+
+        The HF peers ran their kernels on this thread: its OpenMP workers are released
+        first, as the engine's start did, or the engine's steps run at half speed.
+        """
+        release_thread_pool()
         done = threading.Semaphore(0)
         traces = [Trace(arrival=0.0) for _ in prompts]
         fed_before = self.feed.tokens

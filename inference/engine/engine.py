@@ -26,6 +26,7 @@ from inference.engine.events import EngineEvent, FinishReason, GenerationResult
 from inference.engine.kv_cache import KVCache
 from inference.engine.model_runner import ModelRunner, runner_for
 from inference.engine.observer import EngineObserver
+from inference.engine.openmp import release_thread_pool
 from inference.engine.pacing import PrefillPacer
 from inference.engine.sampling import SamplingParams, chosen_logprobs, greedy_tokens
 from inference.engine.scheduler import Scheduler
@@ -90,7 +91,12 @@ class Engine:
     # ----- lifecycle -----
 
     def start(self) -> Engine:
-        """Start the loop thread (idempotent)."""
+        """Start the loop thread (idempotent).
+
+        The model runs on the loop thread from here on: the caller's OpenMP workers (left
+        by loading the model) are released so they do not slow the loop's (openmp.py).
+        """
+        release_thread_pool()
         with self._lock:
             if self._stopping:
                 raise EngineStopped("The engine has been shut down.")
