@@ -276,7 +276,10 @@ TANDEM_COMPILE = env_bool("TANDEM_COMPILE", True)
 try:
     TANDEM_COMPILE_BUCKETS = tuple(
         int(size)
-        for size in env_list("TANDEM_COMPILE_BUCKETS", ["1", "2", "4", "8", "16", "32", "64"])
+        for size in env_list(
+            "TANDEM_COMPILE_BUCKETS",
+            ["1", "2", "4", "8", "16", "32", "64", "128", "256", "512"],
+        )
     )
 except ValueError as exc:
     raise ImproperlyConfigured(f"TANDEM_COMPILE_BUCKETS must be integers: {exc}") from exc

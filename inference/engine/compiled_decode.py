@@ -10,7 +10,7 @@ So it is an opaque custom op (`tandem::decode_attention`) that the graph calls o
 layer; the op runs the step's own `attend` (the runner's: write K/V into the cache, grouped
 decode attention, causal attention per prompt chunk), which the caller sets in
 `StepContext` around the call. A step's rows (decode tokens and prompt chunks together) are
-padded up to a bucket (1 … 64): shapes are static, every bucket is compiled and warmed at
+padded up to a bucket (1 … 512): shapes are static, every bucket is compiled and warmed at
 start, and a steady state never recompiles. Steps with more rows (long prompts) run eagerly.
 """
 
@@ -32,7 +32,8 @@ from inference.engine.weights.projection import Projection, small_kernel
 
 log = logging.getLogger(__name__)
 
-BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# Up to the engine's default step budget (512 tokens), so prompt chunks run compiled too.
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # Rows a graph computes logits for (at most; the rest are padding): every decoder of a full
 # engine (max_running 32) plus nothing else; a step that samples more runs eagerly.
 LOGIT_ROWS = 32

@@ -94,7 +94,8 @@ class Engine:
         """Start the loop thread (idempotent).
 
         The model runs on the loop thread from here on: the caller's OpenMP workers (left
-        by loading the model) are released so they do not slow the loop's (openmp.py).
+        by loading the model) are released so they do not slow the loop's, and the loop
+        releases its own whenever it goes idle (openmp.py).
         """
         release_thread_pool()
         with self._lock:
@@ -205,7 +206,9 @@ class Engine:
         with torch.inference_mode():
             while True:
                 with self._lock:
-                    while not (self._stopping or self._cancels or self.scheduler.has_work()):
+                    if not self._has_work():
+                        release_thread_pool()  # idle: other threads' kernels get every core
+                    while not self._has_work():
                         self._wake.wait()
                     if self._stopping:
                         break
@@ -217,6 +220,10 @@ class Engine:
                     logger.exception("Engine loop fault; failing the running requests")
                     self._recover(exc)
             self._fail_remaining()
+
+    def _has_work(self) -> bool:
+        """Whether the loop should run (the lock held): a step, a cancel or the stop."""
+        return self._stopping or bool(self._cancels) or self.scheduler.has_work()
 
     def _recover(self, exc: Exception) -> None:
         """Fail every running request and start again from an empty cache.

@@ -8,7 +8,9 @@ parallel regions pays a futex wake-up. A thread that loaded the model (and measu
 kernels) leaves its pool behind, so on a 2-CPU machine the engine thread's two-thread
 kernels ran at half speed: a one-row compiled q4 step took 20.5 ms from the engine thread
 against 9.5 ms from the thread that loaded (docs/engine.md, "Threads"). Releasing the
-loader's pool brings the engine thread's step back to 12 ms.
+loader's pool brings the engine thread's step back to 12 ms. The engine releases its own
+pool when it goes idle, for the same reason the other way round: the benchmarks' peers run
+their kernels on the main thread while the engine waits.
 """
 
 from __future__ import annotations
