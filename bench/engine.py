@@ -151,9 +151,11 @@ def peer_rows(args, model, tokenizer, tandem: TandemPeer | None) -> list[Figures
     return rows
 
 
-def served_rows(args, tokenizer) -> list[Figures]:
-    """The peers in their own processes: llama.cpp and Tandem over HTTP, vLLM's CPU build."""
+def served_rows(args, tokenizer) -> tuple[list[Figures], dict[str, dict]]:
+    """The peers in their own processes: llama.cpp and Tandem over HTTP, vLLM's CPU build;
+    and the WebSocket round trips on Tandem's server, idle and at each level."""
     rows: list[Figures] = []
+    pings: dict[str, dict] = {}
     add, chosen = adder(rows, args.new_tokens), set(args.peers)
     if chosen & {llamacpp_http.NAME, tandem_http.NAME}:
         settings = tandem_http.Settings(
@@ -166,7 +168,7 @@ def served_rows(args, tokenizer) -> list[Figures]:
             compile=not args.no_compile,
         )
         threads = args.threads or os.cpu_count() or 1
-        served_peers.run_http(
+        pings = served_peers.run_http(
             chosen,
             args.streams,
             args.new_tokens,
@@ -178,7 +180,7 @@ def served_rows(args, tokenizer) -> list[Figures]:
         )
     if vllm_cpu.NAME in chosen:
         served_peers.run_vllm(args.streams, args.new_tokens, tokenizer, args.model, add)
-    return rows
+    return rows, pings
 
 
 def warm_up(args, model, tokenizer, tandem: TandemPeer | None) -> None:
@@ -268,10 +270,12 @@ def main() -> None:
         ceilings, itl_ratio, hol = tandem_sections(args, model, tokenizer, tandem)
         tandem.shutdown()
 
+    ws_pings: dict[str, dict] = {}
     if set(args.peers) & set(SERVED):
         print("\n== peers in their own processes ==", flush=True)
         print(report.figures_table([]), flush=True)
-        rows += served_rows(args, tokenizer)
+        served, ws_pings = served_rows(args, tokenizer)
+        rows += served
 
     if tandem is not None:
         lecture_rows, curves = lecture_section(args, model, tokenizer, loaded.dtype)
@@ -296,6 +300,7 @@ def main() -> None:
         "ceiling_tokens_per_s": ceilings,
         "itl_last_over_first_quarter": itl_ratio,
         "head_of_line": hol and asdict(hol),
+        "ws_ping": ws_pings,
         "lecture": [asdict(r) for r in lecture_rows],
         "lecture_curves_ms": curves,
         "targets": [asdict(t) | {"met": t.met} for t in goals],

@@ -13,11 +13,12 @@ import os
 import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from bench import llamacpp_build
+from bench import llamacpp_build, ws_ping
 from bench.peers import llamacpp_http, tandem_http, vllm_cpu
 from bench.stats import PeerRun
 from bench.workload import chat_messages, chat_prompts
@@ -25,6 +26,7 @@ from inference.provisioning import model_source
 
 Add = Callable[[str, str, PeerRun], None]
 WARM_UP_TOKENS = 4
+IDLE_PING_SECONDS = 5.0
 
 
 def with_chunks(add: Add) -> Add:
@@ -59,8 +61,11 @@ def run_http(
     threads: int,
     build_llamacpp: bool,
     add: Add,
-) -> None:
-    """llama.cpp (a server per level, --parallel N) and Tandem (one server) at each level."""
+) -> dict[str, dict]:
+    """llama.cpp (a server per level, --parallel N) and Tandem (one server) at each level.
+
+    Returns Tandem's WebSocket round trips (`bench.ws_ping`), idle and at each level, by label.
+    """
     add = with_chunks(add)
     binary = llamacpp_binary(build_llamacpp) if llamacpp_http.NAME in names else None
     if binary is not None and (settings.model or model_source.PACKAGED) != model_source.PACKAGED:
@@ -69,12 +74,15 @@ def run_http(
     longest = max(len(ids) for ids in chat_prompts(tokenizer, max(streams)))
     slot_tokens = llamacpp_http.slot_context(longest, new_tokens)
     gguf = model_source.packaged_gguf() if binary else None
+    pings: dict[str, ws_ping.Pings] = {}
     with tempfile.TemporaryDirectory(prefix="tandem-bench-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         tandem = None
         if tandem_http.NAME in names:
             tandem = stack.enter_context(tandem_http.TandemServer(workdir, settings))
             tandem.run(chat_messages(2), WARM_UP_TOKENS)
+            pings["idle"] = tandem.idle_pings(IDLE_PING_SECONDS)
+            print(ws_ping.log_line("idle", pings["idle"]), flush=True)
         for n in streams:
             conversations = chat_messages(n)
             if binary is not None:
@@ -83,7 +91,10 @@ def run_http(
                     llama.run(chat_messages(min(n, 2)), WARM_UP_TOKENS)
                     add(llamacpp_http.NAME, "burst", llama.run(conversations, new_tokens))
             if tandem is not None:
-                add(tandem_http.NAME, "burst", tandem.run(conversations, new_tokens))
+                run, pings[str(n)] = tandem.run_pinged(conversations, new_tokens)
+                add(tandem_http.NAME, "burst", run)
+                print(ws_ping.log_line(f"{n} streams", pings[str(n)]), flush=True)
+    return {label: asdict(figures) for label, figures in pings.items()}
 
 
 def run_vllm(

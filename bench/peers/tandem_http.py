@@ -3,8 +3,10 @@
 The same web process `make run` starts, with its engine loaded in the background; only the
 settings differ: SQLite and the var directory in a temporary folder (migrated first), one API key
 made for the run, and the engine's limits and weights from the bench's arguments. It stays up
-across the streams levels, as a deployment would. Requests ask for `ignore_eos` (the OpenAI
-extension vLLM also takes), so every stream generates exactly max_tokens.
+across the streams levels, as a deployment would. One signed-in WebSocket stays open on it
+(`bench.ws_ping`) and times round trips while each level runs: does Daphne keep answering?
+Requests ask for `ignore_eos` (the OpenAI extension vLLM also takes), so every stream generates
+exactly max_tokens.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import http_load
+from bench import http_load, ws_ping
 from bench.peers.served import ServedProcess
+from bench.session_cookie import signed_in
 from bench.stats import PeerRun
 from tests.support.processes import BIN, ROOT, free_port
 
@@ -71,6 +74,7 @@ class TandemServer:
         self.workdir = workdir
         self.argv, self.port = argv, port
         self.process: ServedProcess | None = None
+        self.pinger: ws_ping.Pinger | None = None
 
     def __enter__(self) -> TandemServer:
         migrate = [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"]
@@ -86,14 +90,21 @@ class TandemServer:
                 ),
                 timeout=1200,
             )
+            url = f"ws://127.0.0.1:{self.port}{ws_ping.PATH}"
+            cookie = signed_in(self.env, "ws-ping")
+            self.pinger = ws_ping.Pinger(url, self.process.origin, cookie).__enter__()
         except BaseException:
             self.process.stop()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.process is not None:
-            self.process.stop()
+        try:
+            if self.pinger is not None:
+                self.pinger.__exit__(*exc)
+        finally:
+            if self.process is not None:
+                self.process.stop()
 
     @property
     def server(self) -> http_load.Server:
@@ -102,3 +113,13 @@ class TandemServer:
 
     def run(self, conversations: list[http_load.Messages], new_tokens: int) -> PeerRun:
         return http_load.run(self.server, conversations, new_tokens)
+
+    def run_pinged(
+        self, conversations: list[http_load.Messages], new_tokens: int
+    ) -> tuple[PeerRun, ws_ping.Pings]:
+        """`run`, while the WebSocket on the same Daphne times its round trips."""
+        return self.pinger.measure(lambda: self.run(conversations, new_tokens))
+
+    def idle_pings(self, seconds: float) -> ws_ping.Pings:
+        """The round trips with no load on the server, for `seconds`."""
+        return self.pinger.idle(seconds)
