@@ -59,10 +59,18 @@ def test_a_bucket_never_measured_alone_takes_its_neighbours_cost() -> None:
 
 def test_unmeasured_larger_buckets_are_bounded_by_measured_ones() -> None:
     pacer = PrefillPacer(max_tokens=512)
-    pacer.observe(0, 512, 1.2)  # an idle step of 512 prompt tokens
+    pacer.observe(31, 481, 1.2)  # 31 decoders beside a 481-token chunk
     pacer.observe(31, 0, 0.04)
     assert pacer.estimate(64) == 1.2  # bounded above by the 512-row step
     assert pacer.budget(31) == 8  # so no prefill beyond the floor until 64 is measured
+
+
+def test_a_prefill_only_step_teaches_nothing() -> None:
+    """Without decoders' attention it is cheaper than a mixed step of its rows: as a bound
+    on an unmeasured bucket it would let prefill into an eager step."""
+    pacer = PrefillPacer(max_tokens=512)
+    pacer.observe(0, 512, 0.05)
+    assert pacer.seconds == {}
 
 
 def test_no_multiple_means_no_pacing() -> None:
