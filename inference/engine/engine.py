@@ -245,8 +245,11 @@ class Engine:
     def _schedule(self) -> StepBatch | None:
         """The scheduler's plan for this step, admitting waiting requests into free slots."""
         self._seed_pacer()
+        decoders = self.scheduler.decoders()
         with self._lock:
-            batch = self.scheduler.schedule(self.pacer.budget(self.scheduler.decoders()))
+            batch = self.scheduler.schedule_alone(self.pacer.alone_tokens(decoders))
+            if batch is None:
+                batch = self.scheduler.schedule(self.pacer.budget(decoders))
         for seq in batch.admitted if batch is not None else ():
             self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
         return batch

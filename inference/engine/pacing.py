@@ -43,6 +43,7 @@ class PrefillPacer:
     min_tokens: int = 8
     reference_rows: int = 1
     seconds: dict[int, float] = field(default_factory=dict)
+    alone: dict[int, float] = field(default_factory=dict)
 
     def budget(self, decoders: int) -> int:
         """Prompt tokens the next step may feed next to `decoders` decoding sequences."""
@@ -60,6 +61,24 @@ class PrefillPacer:
                 break
             rows *= 2
         return max(self.min_tokens, min(self.max_tokens, rows - decoders))
+
+    def alone_tokens(self, decoders: int) -> int:
+        """Prompt tokens a prefill-only step may take before the decoders' next step; 0: none.
+
+        A short prompt arriving while 31 decode, fed beside them, waits for the step in
+        flight and then a step costing 1.6 decode steps (two, if it does not fit the bucket
+        left): 3.4x its time to first token on an idle engine. Alone, it waits for the step
+        in flight and then a step of its own rows. The decoders pay that step once: allowed
+        while it costs at most the reference decode step (their gap stays within two), in
+        the largest prefill-only bucket measured (or seeded) within that.
+        """
+        if decoders == 0 or self.multiple is None:
+            return 0
+        reference = self.decoders_cost(_bucket(max(decoders, self.reference_rows)))
+        if reference is None:
+            return 0
+        fits = [rows for rows, cost in self.alone.items() if cost <= reference]
+        return min(self.max_tokens, max(fits, default=0))
 
     def decoders_cost(self, bucket: int) -> float | None:
         """What the decoders' own step costs: its bucket's time, or an adjacent bucket's.
@@ -90,16 +109,17 @@ class PrefillPacer:
         pacer has not measured itself."""
         for rows, seconds in seconds_by_rows.items():
             self.seconds.setdefault(_bucket(rows), seconds)
+            self.alone.setdefault(_bucket(rows), seconds)
 
     def observe(self, decoders: int, prefill_tokens: int, seconds: float) -> None:
-        """Learn from a finished step with decoders in it: its time, under its row bucket.
+        """Learn from a finished step: its time, under its row bucket.
 
-        A prefill-only step costs less than one of the same rows with decoders (their
-        attention over their histories): as an upper bound for a bigger bucket it let 31
-        decoders wait on 128-row eager steps at 2.1x their own.
+        A prefill-only step is kept apart (`alone`): it costs less than one of the same
+        rows with decoders (their attention over their histories), and as an upper bound
+        for a bigger mixed bucket it let 31 decoders wait on 128-row eager steps at 2.1x
+        their own.
         """
-        if decoders == 0:
-            return
+        table = self.seconds if decoders else self.alone
         key = _bucket(decoders + prefill_tokens)
-        old = self.seconds.get(key)
-        self.seconds[key] = seconds if old is None else old + SMOOTHING * (seconds - old)
+        old = table.get(key)
+        table[key] = seconds if old is None else old + SMOOTHING * (seconds - old)

@@ -1,7 +1,9 @@
 """Continuous-batching scheduler: who runs in the next step and how many tokens each feeds.
 
 Policy, per step, under a token budget (`max_step_tokens`):
-1. every running sequence that is decoding feeds its one token (decoders are never stalled);
+0. a waiting prompt short enough for the pacer's `alone_tokens` goes in whole, in a
+   prefill-only step before the decoders' next one (never two such steps in a row);
+1. every running sequence that is decoding feeds its one token;
 2. the prompt budget goes to prompt chunks, shortest remaining prompt first, among the
    sequences still prefilling (long prompts admitted earlier) and the waiting requests that
    free slots (`max_running`) can take, those looked at in arrival order; a waiting request
@@ -45,6 +47,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self._by_slot: list[Sequence] = []
         self._mean_duration = 1.0
+        self._alone_last = False
 
     def has_work(self) -> bool:
         """Whether a step would do anything."""
@@ -105,6 +108,25 @@ class Scheduler:
             if seq.status is Status.WAITING:
                 self._admit(seq, batch)
             budget -= self._plan_chunk(seq, budget, batch)
+        return batch if batch.sequences else None
+
+    def schedule_alone(self, max_tokens: int) -> StepBatch | None:
+        """A prefill-only step of whole waiting prompts (shortest first, at most `max_tokens`
+        together) to run before the decoders' next step; None when none fits, or when the
+        previous step was one (decoders wait at most one such step).
+        """
+        if self._alone_last or max_tokens <= 0:
+            self._alone_last = False
+            return None
+        free = self.max_running - len(self.running)
+        newcomers = sorted(itertools.islice(self.waiting, max(free, 0)), key=_remaining_prompt)
+        batch = StepBatch()
+        for seq in newcomers:
+            if len(seq.prompt_ids) > max_tokens:
+                break
+            self._admit(seq, batch)
+            max_tokens -= self._plan_chunk(seq, max_tokens, batch)
+        self._alone_last = bool(batch.sequences)
         return batch if batch.sequences else None
 
     def _admit(self, seq: Sequence, batch: StepBatch) -> None:

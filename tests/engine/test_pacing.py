@@ -90,3 +90,15 @@ def test_few_decoders_may_slow_to_a_full_engines_step() -> None:
     # 64 rows cost 0.055 s, within 1.6 × 0.040 (32 rows); 128 would be eager.
     assert pacer.budget(1) == 63
     assert pacer.budget(31) == 33  # a full engine is paced as before
+
+
+def test_a_short_prompt_may_go_alone_when_its_step_costs_at_most_a_decode_step() -> None:
+    pacer = PrefillPacer(max_tokens=512, reference_rows=32)
+    assert pacer.alone_tokens(31) == 0  # nothing known
+    pacer.observe(31, 0, 0.160)  # the decoders' step
+    pacer.observe(0, 37, 0.150)  # a 37-token prompt alone (bucket 64)
+    pacer.observe(0, 100, 0.300)  # a 100-token prompt alone (bucket 128): dearer
+    assert pacer.alone_tokens(31) == 64
+    assert pacer.alone_tokens(0) == 0  # nobody decoding: every step is prefill's anyway
+    pacer.observe(31, 0, 0.100)  # the decoders' step got cheaper than the 64-row prompt
+    assert pacer.alone_tokens(31) == 0

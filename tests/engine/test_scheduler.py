@@ -61,3 +61,19 @@ def test_waiting_requests_beyond_the_free_slots_stay_queued_in_order() -> None:
     # Two free slots: the first two arrivals compete; the short third waits its turn.
     assert chunks(plan) == {"b": 40, "a": 50}
     assert [s.request_id for s in sched.waiting] == ["c"]
+
+
+def test_a_prompt_alone_goes_whole_and_never_twice_in_a_row() -> None:
+    sched = scheduler()
+    first = sequence("first", 4)
+    sched.add([first])
+    sched.schedule(8)
+    first.output_ids.append(5)  # decoding now
+    sched.add([sequence("long", 100), sequence("a", 30), sequence("b", 20)])
+    plan = sched.schedule_alone(64)
+    assert plan.decode_slots == [] and chunks(plan) == {"b": 20, "a": 30}
+    for seq in plan.samplers:
+        seq.output_ids.append(5)  # their first tokens
+    assert sched.schedule_alone(64) is None  # the decoders' turn
+    assert sched.schedule(512).decode_slots  # ... which schedule gives them
+    assert sched.schedule_alone(64) is None  # the long prompt does not fit alone
