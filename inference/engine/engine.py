@@ -249,7 +249,8 @@ class Engine:
         with self._lock:
             batch = self.scheduler.schedule_alone(self.pacer.alone_tokens(decoders))
             if batch is None:
-                batch = self.scheduler.schedule(self.pacer.budget(decoders))
+                tokens = self.pacer.budget(decoders)
+                batch = self.scheduler.schedule(tokens, self.pacer.keys(decoders, tokens))
         for seq in batch.admitted if batch is not None else ():
             self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
         return batch
@@ -312,7 +313,9 @@ class Engine:
         return event if reason is None else self._close(seq, reason, last=event)
 
     def _count_step(self, batch: StepBatch, seconds: float) -> None:
-        self.pacer.observe(len(batch.decode_slots), batch.num_prefill_tokens, seconds)
+        self.pacer.observe(
+            len(batch.decode_slots), batch.num_prefill_tokens, seconds, batch.num_prefill_keys
+        )
         self._counts.steps += 1
         self._counts.tokens_generated += len(batch.samplers)
         self._counts.prompt_tokens_processed += batch.num_prefill_tokens

@@ -27,6 +27,7 @@ from inference.engine.kv_cache import KVCache
 from inference.engine.sequence import Sequence, Status
 
 RETRY_AFTER_BOUNDS = (1.0, 60.0)
+MIN_CHUNK = 8  # prompt tokens a step gives its first chunk whatever it attends
 
 
 class Scheduler:
@@ -77,11 +78,15 @@ class Scheduler:
         """Running sequences past their prompt: each feeds one token next step."""
         return sum(1 for s in self.running if not s.prefilling)
 
-    def schedule(self, prefill_budget: int | None = None) -> StepBatch | None:
+    def schedule(
+        self, prefill_budget: int | None = None, prefill_keys: int | None = None
+    ) -> StepBatch | None:
         """Plan the next step (admitting waiting requests); None when there is nothing to run.
 
         Decoders first, then at most `prefill_budget` prompt tokens (the pacer's), all
-        within `max_step_tokens`, shortest remaining prompt first. Cache lengths and
+        within `max_step_tokens`, shortest remaining prompt first; chunks attend at most
+        `prefill_keys` keys in all (size x end each), though the step's first chunk gets
+        MIN_CHUNK tokens whatever it attends, so a long prompt always advances. Cache lengths and
         `num_computed` are advanced here, as if the step succeeds; a step that fails frees
         every sequence in it, so nothing is left half-committed.
         """
@@ -105,9 +110,17 @@ class Scheduler:
         for seq in sorted(prefilling + newcomers, key=_remaining_prompt):
             if budget <= 0:
                 break
+            size = min(budget, _fitting(seq.num_computed, prefill_keys))
+            if not batch.chunks:
+                size = max(size, min(budget, MIN_CHUNK))
+            if size <= 0:
+                continue
             if seq.status is Status.WAITING:
                 self._admit(seq, batch)
-            budget -= self._plan_chunk(seq, budget, batch)
+            planned = self._plan_chunk(seq, size, batch)
+            budget -= planned
+            if prefill_keys is not None:
+                prefill_keys -= planned * seq.num_computed
         return batch if batch.sequences else None
 
     def schedule_alone(self, max_tokens: int) -> StepBatch | None:
@@ -183,3 +196,15 @@ class Scheduler:
 def _remaining_prompt(seq: Sequence) -> int:
     """Prompt tokens not yet fed: the prefill order's key (shortest first)."""
     return len(seq.prompt_ids) - seq.num_computed
+
+
+def _fitting(start: int, keys: int | None) -> int:
+    """The largest chunk n from `start` with n x (start + n) <= keys (no limit: None)."""
+    if keys is None:
+        return 1 << 30
+    if keys <= 0:
+        return 0
+    n = int((math.isqrt(start * start + 4 * keys) - start) // 2)
+    while n * (start + n) > keys:
+        n -= 1
+    return n

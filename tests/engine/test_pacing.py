@@ -102,3 +102,29 @@ def test_a_short_prompt_may_go_alone_when_its_step_costs_at_most_a_decode_step()
     assert pacer.alone_tokens(0) == 0  # nobody decoding: every step is prefill's anyway
     pacer.observe(31, 0, 0.100)  # the decoders' step got cheaper than the 64-row prompt
     assert pacer.alone_tokens(31) == 0
+
+
+def test_a_chunk_late_in_a_long_prompt_is_limited_by_the_keys_it_attends() -> None:
+    """Steps cost their bucket plus a term per attended key (chunk token x position)."""
+    per_key = 0.040 / 66_000  # 33 tokens at position ~2,000 add a decode step's worth
+    pacer = PrefillPacer(max_tokens=512, reference_rows=32)
+    pacer.seed({rows: step_seconds(rows) for rows in (1, 2, 4, 8, 16, 32, 64)})
+    assert pacer.keys(31, 33) is None  # the per-key cost is not known yet
+    start = 0
+    for _ in range(30):
+        tokens = pacer.budget(31)
+        keys = pacer.keys(31, tokens)
+        size = tokens if keys is None else min(tokens, max(8, keys // (start + tokens)))
+        end = start + size
+        seconds = step_seconds(31 + size) + per_key * size * end
+        pacer.observe(31, size, seconds, size * end)
+        start = end
+    assert abs(pacer.key_seconds - per_key) < 0.05 * per_key
+    allowed = 1.6 * step_seconds(31)
+    keys = pacer.keys(31, 33)
+    assert abs(pacer.seconds[64] - step_seconds(64)) < 0.001  # the bucket, net of its keys
+    assert keys == int((allowed - pacer.seconds[64]) / pacer.key_seconds)
+    # At position 1,900 a chunk may take what fits: the step stays within the multiple.
+    size = min(33, keys // 1_933)
+    assert step_seconds(31 + size) + per_key * size * (1_900 + size) <= allowed
+    assert pacer.keys(0, 512) is None  # nobody decoding: no limit

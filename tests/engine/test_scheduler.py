@@ -77,3 +77,18 @@ def test_a_prompt_alone_goes_whole_and_never_twice_in_a_row() -> None:
     assert sched.schedule_alone(64) is None  # the decoders' turn
     assert sched.schedule(512).decode_slots  # ... which schedule gives them
     assert sched.schedule_alone(64) is None  # the long prompt does not fit alone
+
+
+def test_chunks_are_cut_to_the_keys_they_may_attend_but_the_first_always_advances() -> None:
+    sched = scheduler()
+    long = sequence("long", 2000)
+    sched.add([long])
+    sched.schedule(512)  # 512 tokens in
+    assert chunks(sched.schedule(33, 33 * 600)) == {"long": 33}  # 33 x 545 fits
+    long.num_computed = 1900
+    assert chunks(sched.schedule(33, 20 * 1920)) == {"long": 20}
+    assert chunks(sched.schedule(33, 0)) == {"long": 8}  # MIN_CHUNK whatever it attends
+    short = sequence("short", 30)
+    sched.add([short])
+    # The short prompt goes first and attends 900 keys; the long one gets what is left.
+    assert chunks(sched.schedule(64, 900 + 10 * 1938)) == {"short": 30, "long": 10}
