@@ -70,7 +70,7 @@ class PrefillPacer:
     def keys(self, decoders: int, tokens: int) -> int | None:
         """Prompt keys the step's chunks may attend (each chunk token x its end position),
         beside `decoders` with `tokens` prompt tokens; None: no limit (nobody decoding, or
-        the per-key cost not learned yet).
+        no per-key cost learned: none yet, or a slope of zero).
 
         A chunk attends over its prompt's whole prefix in every layer: a step of 31
         decoders and 33 prompt tokens cost 164 ms at position 0 and 312 ms at 1,967 (eager,
@@ -79,7 +79,7 @@ class PrefillPacer:
         per key, is what the chunks may attend; the scheduler still gives the step's first
         chunk its MIN_CHUNK tokens.
         """
-        if decoders == 0 or self.multiple is None or self.key_seconds is None:
+        if decoders == 0 or self.multiple is None or not self.key_seconds:
             return None
         reference = self.decoders_cost(_bucket(max(decoders, self.reference_rows)))
         rows = self.estimate(_bucket(decoders + tokens))

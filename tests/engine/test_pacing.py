@@ -128,3 +128,5 @@ def test_a_chunk_late_in_a_long_prompt_is_limited_by_the_keys_it_attends() -> No
     size = min(33, keys // 1_933)
     assert step_seconds(31 + size) + per_key * size * (1_900 + size) <= allowed
     assert pacer.keys(0, 512) is None  # nobody decoding: no limit
+    pacer.key_seconds = 0.0  # keys that cost nothing measurable
+    assert pacer.keys(31, 33) is None
