@@ -7,7 +7,9 @@ Policy, per step, under a token budget (`max_step_tokens`):
 2. the prompt budget goes to prompt chunks, shortest remaining prompt first, among the
    sequences still prefilling (long prompts admitted earlier) and the waiting requests that
    free slots (`max_running`) can take, those looked at in arrival order; a waiting request
-   is admitted when it gets a chunk.
+   is admitted when it gets a chunk. Chunks also stay within the pacer's attended keys
+   (chunk size x end position, summed), the step's first chunk getting MIN_CHUNK tokens
+   whatever it attends.
 A long prompt is therefore spread over several steps while the decoders keep producing, and
 a short prompt arriving meanwhile is not queued behind it: it goes in whole, next step.
 Oldest first, a 40-token question arriving while a 2,000-token prompt prefilled waited for
