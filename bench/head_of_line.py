@@ -3,18 +3,27 @@
 1. TTFT of a request arriving while 31 others decode, against its TTFT on an idle engine.
 2. A 2,000-token prompt arriving mid-stream: the 31 decoders' inter-token latency during its
    (chunked) prefill, against their latency just before it arrived.
+
+`bench.engine` runs it after the peers; alone (same engine settings, compiled step on):
+
+    .venv/bin/python -m bench.head_of_line            # add --steps for every step's log
 """
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from bench.peers.tandem import TandemPeer
 from bench.stats import Trace
+from bench.workload import burst, chat_prompts
+from inference.engine import EngineConfig, EngineObserver
+from inference.engine.weights.choice import build_runner
+from inference.provisioning import loading
 
 BACKGROUND = 31
 ENDLESS = 1_000_000
@@ -111,3 +120,57 @@ def run(
         itl_during_p99_ms=1000 * float(np.percentile(during, 99)) if during else float("nan"),
         itl_during_max_ms=1000 * max(during, default=float("nan")),
     )
+
+
+class StepLog(EngineObserver):
+    """Every step's shape and time, with the longest cached sequence (for --steps)."""
+
+    def __init__(self, engine_cache) -> None:
+        self.cache = engine_cache
+        self.steps: list[tuple[float, int, int, int, float]] = []
+
+    def on_step(
+        self, batch_size: int, num_tokens: int, prefill_tokens: int, seconds: float
+    ) -> None:
+        longest = max(self.cache.lengths, default=0)
+        self.steps.append((time.perf_counter(), num_tokens, prefill_tokens, longest, seconds))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\\n")[0])
+    parser.add_argument("--weights", default="auto", help="auto | bf16 | q4 | int8")
+    parser.add_argument("--no-compile", action="store_true", help="the eager step only")
+    parser.add_argument("--long-prompt", type=int, default=2000)
+    parser.add_argument("--steps", action="store_true", help="print every step of the run")
+    args = parser.parse_args()
+    loaded = loading.load(None, "auto")
+    runner = build_runner(loaded.model, args.weights, loaded.gguf)
+    if not args.no_compile:
+        started = time.perf_counter()
+        runner.compile_decode().join()
+        print(f"compiled decode: {runner.compile_state} in {time.perf_counter() - started:.0f} s")
+    config = EngineConfig(max_running=32, max_step_tokens=512)
+    peer = TandemPeer(loaded.model, loaded.tokenizer, config, runner)
+    log = StepLog(peer.engine.cache)
+    peer.engine.observer = log
+    prompts = chat_prompts(loaded.tokenizer, 16)
+    peer.run(prompts[:2], burst(2), 2)
+    started = time.perf_counter()
+    hol = run(peer, loaded.tokenizer, prompts, args.long_prompt)
+    peer.shutdown()
+    if args.steps:
+        print(f"{'t s':>7} {'tokens':>6} {'prefill':>7} {'longest':>7} {'ms':>7}")
+        for stamp, tokens, prefill, longest, seconds in log.steps:
+            if stamp >= started:
+                print(
+                    f"{stamp - started:7.2f} {tokens:6d} {prefill:7d} {longest:7d} "
+                    f"{1000 * seconds:7.1f}"
+                )
+    print(f"weights {runner.weights}  compile {runner.compile_state}")
+    for key, value in asdict(hol).items():
+        print(f"{key:<22} {value:10.1f}")
+    print(f"stall (during p99 / before p50) {hol.itl_during_p99_ms / hol.itl_before_p50_ms:.2f}")
+
+
+if __name__ == "__main__":
+    main()

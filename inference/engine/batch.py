@@ -46,3 +46,8 @@ class StepBatch:
     def num_prefill_tokens(self) -> int:
         """Prompt tokens fed this step."""
         return sum(len(c.token_ids) for c in self.chunks)
+
+    @property
+    def num_prefill_keys(self) -> int:
+        """Keys the prompt chunks attend, summed over their tokens (size x end per chunk)."""
+        return sum(len(c.token_ids) * (c.start + len(c.token_ids)) for c in self.chunks)

@@ -258,8 +258,12 @@ class Engine:
     def _schedule(self) -> StepBatch | None:
         """The scheduler's plan for this step, admitting waiting requests into free slots."""
         self._seed_pacer()
+        decoders = self.scheduler.decoders()
         with self._lock:
-            batch = self.scheduler.schedule(self.pacer.budget(self.scheduler.decoders()))
+            batch = self.scheduler.schedule_alone(self.pacer.alone_tokens(decoders))
+            if batch is None:
+                tokens = self.pacer.budget(decoders)
+                batch = self.scheduler.schedule(tokens, self.pacer.keys(decoders, tokens))
         for seq in batch.admitted if batch is not None else ():
             self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
         return batch
@@ -322,7 +326,9 @@ class Engine:
         return event if reason is None else self._close(seq, reason, last=event)
 
     def _count_step(self, batch: StepBatch, seconds: float) -> None:
-        self.pacer.observe(len(batch.decode_slots), batch.num_prefill_tokens, seconds)
+        self.pacer.observe(
+            len(batch.decode_slots), batch.num_prefill_tokens, seconds, batch.num_prefill_keys
+        )
         self._counts.steps += 1
         self._counts.tokens_generated += len(batch.samplers)
         self._counts.prompt_tokens_processed += batch.num_prefill_tokens

@@ -5,13 +5,24 @@ slot; occupied slots are kept compacted in 0..n-1 (when a sequence leaves, the l
 rows move into the hole, once), so decode attention reads the view K[:n, :, :L] with a
 length mask and never gathers. Capacity (tokens per slot) and the allocated slot count grow
 by doubling, so copies are rare and amortised, and shrink back when use falls to a quarter.
+
+Capacity is one number for every slot, so one long prompt grows all of them: at 2,048
+positions the storage is 1.5 GB in bf16 (SmolLM2, 32 slots). Allocated and zeroed inside
+the step that needed it, each doubling stalled every decoder (1.1, 3.7 and 2.9 s under load
+while a 2,000-token prompt prefilled next to 31 decoders: the whole ITL p99). So a sequence
+admitted with a long prompt `reserve`s its length: the storage is allocated and zeroed on a
+background thread (torch drops the GIL while it fills) while the prompt's first chunks run,
+and the doubling that reaches it only copies each slot's used rows into it.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
+
+from inference.engine.openmp import release_thread_pool
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,8 @@ class KVCache:
         self._min_slots = min(4, max_slots)
         self.lengths: list[int] = []
         self.storage = self._allocate(self._min_slots, self._min_capacity)
+        self._spare: tuple[int, int, Future[torch.Tensor]] | None = None
+        self._allocator: ThreadPoolExecutor | None = None
 
     @property
     def num_used(self) -> int:
@@ -106,7 +119,27 @@ class KVCache:
         if length > self.capacity:
             capacity = min(self.max_seq_len, max(2 * self.capacity, _pow2_at_least(length)))
             self._resize(self.allocated_slots, capacity)
+        elif 4 * length > 3 * self.capacity:  # decoders near the end: the next doubling
+            self.reserve(self.capacity + 1)
         self.lengths[slot] = length
+
+    def reserve(self, length: int) -> None:
+        """Start allocating, in the background, the storage a slot reaching `length` needs.
+
+        Nothing to do when the capacity already holds it or a spare that does is on its way.
+        `extend` reserves the next doubling itself once a slot is three quarters full.
+        """
+        capacity = min(self.max_seq_len, _pow2_at_least(length))
+        if capacity <= self.capacity:
+            return
+        spare = self._spare
+        if spare is not None and spare[0] == self.allocated_slots and spare[1] >= capacity:
+            return
+        if self._allocator is None:
+            self._allocator = ThreadPoolExecutor(1, thread_name_prefix="tandem-kv")
+        slots = self.allocated_slots
+        future = self._allocator.submit(self._allocate_apart, slots, capacity)
+        self._spare = (slots, capacity, future)
 
     def free(self, slot: int) -> int | None:
         """Release a slot at once. Returns the old index of the slot moved into the hole.
@@ -128,6 +161,7 @@ class KVCache:
     def reset(self) -> None:
         """Free every slot at once (recovery after a fault)."""
         self.lengths.clear()
+        self._spare = None
         self._maybe_shrink()
 
     def _maybe_shrink(self) -> None:
@@ -141,6 +175,14 @@ class KVCache:
         if (slots, capacity) != (self.allocated_slots, self.capacity):
             self._resize(slots, capacity)
 
+    def _allocate_apart(self, slots: int, capacity: int) -> torch.Tensor:
+        """`_allocate` on the background thread, which then lets go of the OpenMP workers the
+        zero fill started: kept, they would halve the engine thread's kernels (openmp.py)."""
+        try:
+            return self._allocate(slots, capacity)
+        finally:
+            release_thread_pool()
+
     def _allocate(self, slots: int, capacity: int) -> torch.Tensor:
         # Zeros, not empty: masked positions still meet V in a matmul, and 0 * NaN is NaN.
         spec = self.spec
@@ -148,7 +190,14 @@ class KVCache:
         return torch.zeros(shape, dtype=spec.dtype, device=spec.device)
 
     def _resize(self, slots: int, capacity: int) -> None:
-        storage = self._allocate(slots, capacity)
-        used, longest = self.num_used, max(self.lengths, default=0)
-        storage[:, :, :used, :, :longest] = self.storage[:, :, :used, :, :longest]
+        """Move to storage of `slots` x `capacity` (or the reserved spare, when it is at least
+        that big), copying each slot's used rows."""
+        spare, self._spare = self._spare, None
+        if spare is not None and spare[0] == slots and spare[1] >= capacity > self.capacity:
+            storage = spare[2].result()
+        else:
+            storage = self._allocate(slots, capacity)
+        old = self.storage
+        for slot, length in enumerate(self.lengths):
+            storage[:, :, slot, :, :length] = old[:, :, slot, :, :length]
         self.storage = storage

@@ -24,9 +24,12 @@ budget. The long prompt's time to first token is the price.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 SMOOTHING = 0.2
+# Steps with decoders the per-key cost is fitted over (the latest; a long prompt's chunks).
+KEY_WINDOW = 32
 
 
 def _bucket(rows: int) -> int:
@@ -43,6 +46,9 @@ class PrefillPacer:
     min_tokens: int = 8
     reference_rows: int = 1
     seconds: dict[int, float] = field(default_factory=dict)
+    alone: dict[int, float] = field(default_factory=dict)
+    key_seconds: float | None = None
+    recent: deque[tuple[int, int, float]] = field(default_factory=lambda: deque(maxlen=KEY_WINDOW))
 
     def budget(self, decoders: int) -> int:
         """Prompt tokens the next step may feed next to `decoders` decoding sequences."""
@@ -60,6 +66,44 @@ class PrefillPacer:
                 break
             rows *= 2
         return max(self.min_tokens, min(self.max_tokens, rows - decoders))
+
+    def keys(self, decoders: int, tokens: int) -> int | None:
+        """Prompt keys the step's chunks may attend (each chunk token x its end position),
+        beside `decoders` with `tokens` prompt tokens; None: no limit (nobody decoding, or
+        no per-key cost learned: none yet, or a slope of zero).
+
+        A chunk attends over its prompt's whole prefix in every layer: a step of 31
+        decoders and 33 prompt tokens cost 164 ms at position 0 and 312 ms at 1,967 (eager,
+        under load), so a bucket's time alone let the steps late in a long prompt grow
+        past the multiple. What the bucket leaves of the allowed time, at the learned cost
+        per key, is what the chunks may attend; the scheduler still gives the step's first
+        chunk its MIN_CHUNK tokens.
+        """
+        if decoders == 0 or self.multiple is None or not self.key_seconds:
+            return None
+        reference = self.decoders_cost(_bucket(max(decoders, self.reference_rows)))
+        rows = self.estimate(_bucket(decoders + tokens))
+        if reference is None or rows is None:
+            return None
+        return max(0, int((self.multiple * reference - rows) / self.key_seconds))
+
+    def alone_tokens(self, decoders: int) -> int:
+        """Prompt tokens a prefill-only step may take before the decoders' next step; 0: none.
+
+        A short prompt arriving while 31 decode, fed beside them, waits for the step in
+        flight and then a step costing 1.6 decode steps (two, if it does not fit the bucket
+        left): 3.4x its time to first token on an idle engine. Alone, it waits for the step
+        in flight and then a step of its own rows. The decoders pay that step once: allowed
+        while it costs at most the reference decode step (their gap stays within two), in
+        the largest prefill-only bucket measured (or seeded) within that.
+        """
+        if decoders == 0 or self.multiple is None:
+            return 0
+        reference = self.decoders_cost(_bucket(max(decoders, self.reference_rows)))
+        if reference is None:
+            return 0
+        fits = [rows for rows, cost in self.alone.items() if cost <= reference]
+        return min(self.max_tokens, max(fits, default=0))
 
     def decoders_cost(self, bucket: int) -> float | None:
         """What the decoders' own step costs: its bucket's time, or an adjacent bucket's.
@@ -90,9 +134,40 @@ class PrefillPacer:
         pacer has not measured itself."""
         for rows, seconds in seconds_by_rows.items():
             self.seconds.setdefault(_bucket(rows), seconds)
+            self.alone.setdefault(_bucket(rows), seconds)
 
-    def observe(self, decoders: int, prefill_tokens: int, seconds: float) -> None:
-        """Learn from a finished step: its time, under its row bucket."""
+    def observe(
+        self, decoders: int, prefill_tokens: int, seconds: float, prefill_keys: int = 0
+    ) -> None:
+        """Learn from a finished step: its time, under its row bucket, or per prompt key.
+
+        A prefill-only step is kept apart (`alone`): it costs less than one of the same
+        rows with decoders (their attention over their histories), and as an upper bound
+        for a bigger mixed bucket it let 31 decoders wait on 128-row eager steps at 2.1x
+        their own. With decoders, the per-key cost is the slope of time over keys within
+        each bucket across the latest steps (a long prompt's chunks attend more keys step
+        after step in the same bucket), and the bucket keeps its time net of its keys.
+        """
         key = _bucket(decoders + prefill_tokens)
-        old = self.seconds.get(key)
-        self.seconds[key] = seconds if old is None else old + SMOOTHING * (seconds - old)
+        if decoders:
+            self.recent.append((key, prefill_keys, seconds))
+            self._fit_key_seconds()
+            seconds -= (self.key_seconds or 0.0) * prefill_keys
+        table = self.seconds if decoders else self.alone
+        old = table.get(key)
+        table[key] = seconds if old is None else old + SMOOTHING * (seconds - old)
+
+    def _fit_key_seconds(self) -> None:
+        """Least squares of time over keys with a level per bucket, on `recent`; kept as
+        it was while the keys do not vary within a bucket."""
+        by_bucket: dict[int, list[tuple[int, float]]] = {}
+        for bucket, keys, seconds in self.recent:
+            by_bucket.setdefault(bucket, []).append((keys, seconds))
+        sxx = sxy = 0.0
+        for points in by_bucket.values():
+            mean_x = sum(x for x, _ in points) / len(points)
+            mean_y = sum(y for _, y in points) / len(points)
+            sxx += sum((x - mean_x) ** 2 for x, _ in points)
+            sxy += sum((x - mean_x) * (y - mean_y) for x, y in points)
+        if sxx > 0:
+            self.key_seconds = max(sxy / sxx, 0.0)

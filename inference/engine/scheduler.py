@@ -1,16 +1,24 @@
 """Continuous-batching scheduler: who runs in the next step and how many tokens each feeds.
 
 Policy, per step, under a token budget (`max_step_tokens`):
-1. every running sequence that is decoding feeds its one token (decoders are never stalled);
-2. sequences still prefilling (admitted earlier, long prompts) get the remaining budget as
-   prompt chunks, oldest first;
-3. waiting requests are admitted first come first served into free slots while budget and
-   slots (`max_running`) remain, each starting with a chunk of its prompt.
-A long prompt is therefore spread over several steps while the decoders keep producing.
+0. a waiting prompt short enough for the pacer's `alone_tokens` goes in whole, in a
+   prefill-only step before the decoders' next one (never two such steps in a row);
+1. every running sequence that is decoding feeds its one token;
+2. the prompt budget goes to prompt chunks, shortest remaining prompt first, among the
+   sequences still prefilling (long prompts admitted earlier) and the waiting requests that
+   free slots (`max_running`) can take, those looked at in arrival order; a waiting request
+   is admitted when it gets a chunk. Chunks also stay within the pacer's attended keys
+   (chunk size x end position, summed), the step's first chunk getting MIN_CHUNK tokens
+   whatever it attends.
+A long prompt is therefore spread over several steps while the decoders keep producing, and
+a short prompt arriving meanwhile is not queued behind it: it goes in whole, next step.
+Oldest first, a 40-token question arriving while a 2,000-token prompt prefilled waited for
+all of it (~60 steps).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import deque
@@ -21,6 +29,7 @@ from inference.engine.kv_cache import KVCache
 from inference.engine.sequence import Sequence, Status
 
 RETRY_AFTER_BOUNDS = (1.0, 60.0)
+MIN_CHUNK = 8  # prompt tokens a step gives its first chunk whatever it attends
 
 
 class Scheduler:
@@ -41,6 +50,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self._by_slot: list[Sequence] = []
         self._mean_duration = 1.0
+        self._alone_last = False
 
     def has_work(self) -> bool:
         """Whether a step would do anything."""
@@ -70,13 +80,17 @@ class Scheduler:
         """Running sequences past their prompt: each feeds one token next step."""
         return sum(1 for s in self.running if not s.prefilling)
 
-    def schedule(self, prefill_budget: int | None = None) -> StepBatch | None:
+    def schedule(
+        self, prefill_budget: int | None = None, prefill_keys: int | None = None
+    ) -> StepBatch | None:
         """Plan the next step (admitting waiting requests); None when there is nothing to run.
 
         Decoders first, then at most `prefill_budget` prompt tokens (the pacer's), all
-        within `max_step_tokens`. Cache lengths and `num_computed` are advanced here, as if
-        the step succeeds; a step that fails frees every sequence in it, so nothing is left
-        half-committed.
+        within `max_step_tokens`, shortest remaining prompt first; chunks attend at most
+        `prefill_keys` keys in all (size x end each), though the step's first chunk gets
+        MIN_CHUNK tokens whatever it attends, so a long prompt always advances. Cache lengths and
+        `num_computed` are advanced here, as if the step succeeds; a step that fails frees
+        every sequence in it, so nothing is left half-committed.
         """
         batch = StepBatch()
         budget = self.max_step_tokens
@@ -92,26 +106,59 @@ class Scheduler:
             budget -= 1
         if prefill_budget is not None:
             budget = min(budget, prefill_budget)
-        for seq in [s for s in self.running if s.prefilling]:
+        free = self.max_running - len(self.running)
+        newcomers = list(itertools.islice(self.waiting, max(free, 0)))
+        prefilling = [s for s in self.running if s.prefilling]
+        for seq in sorted(prefilling + newcomers, key=_remaining_prompt):
             if budget <= 0:
                 break
-            budget -= self._plan_chunk(seq, budget, batch)
-        while budget > 0 and self.waiting and len(self.running) < self.max_running:
-            slot = self.cache.allocate()
-            seq = self.waiting.popleft()
-            seq.slot = slot
-            seq.status = Status.RUNNING
-            seq.admitted_at = time.monotonic()
-            self._by_slot.append(seq)
-            self.running.append(seq)
-            batch.admitted.append(seq)
-            budget -= self._plan_chunk(seq, budget, batch)
+            size = min(budget, _fitting(seq.num_computed, prefill_keys))
+            if not batch.chunks:
+                size = max(size, min(budget, MIN_CHUNK))
+            if size <= 0:
+                continue
+            if seq.status is Status.WAITING:
+                self._admit(seq, batch)
+            planned = self._plan_chunk(seq, size, batch)
+            budget -= planned
+            if prefill_keys is not None:
+                prefill_keys -= planned * seq.num_computed
         return batch if batch.sequences else None
+
+    def schedule_alone(self, max_tokens: int) -> StepBatch | None:
+        """A prefill-only step of whole waiting prompts (shortest first, at most `max_tokens`
+        together) to run before the decoders' next step; None when none fits, or when the
+        previous step was one (decoders wait at most one such step).
+        """
+        if self._alone_last or max_tokens <= 0:
+            self._alone_last = False
+            return None
+        free = self.max_running - len(self.running)
+        newcomers = sorted(itertools.islice(self.waiting, max(free, 0)), key=_remaining_prompt)
+        batch = StepBatch()
+        for seq in newcomers:
+            if len(seq.prompt_ids) > max_tokens:
+                break
+            self._admit(seq, batch)
+            max_tokens -= self._plan_chunk(seq, max_tokens, batch)
+        self._alone_last = bool(batch.sequences)
+        return batch if batch.sequences else None
+
+    def _admit(self, seq: Sequence, batch: StepBatch) -> None:
+        """Give a waiting request a slot and make it running."""
+        self.waiting.remove(seq)
+        seq.slot = self.cache.allocate()
+        seq.status = Status.RUNNING
+        seq.admitted_at = time.monotonic()
+        self._by_slot.append(seq)
+        self.running.append(seq)
+        batch.admitted.append(seq)
 
     def _plan_chunk(self, seq: Sequence, budget: int, batch: StepBatch) -> int:
         """Add the next prompt chunk of `seq` (at most `budget` tokens); return its size."""
         start = seq.num_computed
         end = min(len(seq.prompt_ids), start + budget)
+        self.cache.reserve(len(seq.prompt_ids))  # the whole prompt's rows, in the background
         self.cache.extend(seq.slot, end)
         seq.num_computed = end
         needs_logits = end == len(seq.prompt_ids)
@@ -146,3 +193,20 @@ class Scheduler:
     def record_duration(self, seconds: float) -> None:
         """Feed a finished request's duration into the retry-after estimate (EMA)."""
         self._mean_duration += 0.1 * (seconds - self._mean_duration)
+
+
+def _remaining_prompt(seq: Sequence) -> int:
+    """Prompt tokens not yet fed: the prefill order's key (shortest first)."""
+    return len(seq.prompt_ids) - seq.num_computed
+
+
+def _fitting(start: int, keys: int | None) -> int:
+    """The largest chunk n from `start` with n x (start + n) <= keys (no limit: None)."""
+    if keys is None:
+        return 1 << 30
+    if keys <= 0:
+        return 0
+    n = int((math.isqrt(start * start + 4 * keys) - start) // 2)
+    while n * (start + n) > keys:
+        n -= 1
+    return n

@@ -129,6 +129,23 @@ def test_kv_cache_grows_by_doubling_keeps_data_and_shrinks_back() -> None:
     assert cache.max_tokens == 8 * 64
 
 
+def test_kv_cache_grows_into_the_storage_reserved_for_a_long_prompt() -> None:
+    cache = make_cache(max_slots=4, max_seq_len=64, initial=4)
+    slots = [cache.allocate() for _ in range(3)]
+    for slot in slots:
+        cache.extend(slot, 3)
+        fill(cache, slot, float(slot + 1))
+    cache.reserve(40)  # a 40-token prompt admitted: 64 positions, made in the background
+    assert cache.capacity == 4
+    cache.extend(0, 5)  # its first doubling takes the reserved storage, not 8 positions
+    assert cache.capacity == 64
+    for slot in slots:
+        assert torch.all(cache.storage[:, :, slot, :, :3] == float(slot + 1))
+    assert torch.all(cache.storage[:, :, 1:, :, 3:] == 0.0)
+    cache.extend(0, 40)
+    assert cache.capacity == 64
+
+
 def test_kv_cache_refuses_more_slots_than_configured() -> None:
     cache = make_cache(max_slots=2)
     cache.allocate()

@@ -59,10 +59,18 @@ def test_a_bucket_never_measured_alone_takes_its_neighbours_cost() -> None:
 
 def test_unmeasured_larger_buckets_are_bounded_by_measured_ones() -> None:
     pacer = PrefillPacer(max_tokens=512)
-    pacer.observe(0, 512, 1.2)  # an idle step of 512 prompt tokens
+    pacer.observe(31, 481, 1.2)  # 31 decoders beside a 481-token chunk
     pacer.observe(31, 0, 0.04)
     assert pacer.estimate(64) == 1.2  # bounded above by the 512-row step
     assert pacer.budget(31) == 8  # so no prefill beyond the floor until 64 is measured
+
+
+def test_a_prefill_only_step_teaches_nothing() -> None:
+    """Without decoders' attention it is cheaper than a mixed step of its rows: as a bound
+    on an unmeasured bucket it would let prefill into an eager step."""
+    pacer = PrefillPacer(max_tokens=512)
+    pacer.observe(0, 512, 0.05)
+    assert pacer.seconds == {}
 
 
 def test_no_multiple_means_no_pacing() -> None:
@@ -82,3 +90,43 @@ def test_few_decoders_may_slow_to_a_full_engines_step() -> None:
     # 64 rows cost 0.055 s, within 1.6 × 0.040 (32 rows); 128 would be eager.
     assert pacer.budget(1) == 63
     assert pacer.budget(31) == 33  # a full engine is paced as before
+
+
+def test_a_short_prompt_may_go_alone_when_its_step_costs_at_most_a_decode_step() -> None:
+    pacer = PrefillPacer(max_tokens=512, reference_rows=32)
+    assert pacer.alone_tokens(31) == 0  # nothing known
+    pacer.observe(31, 0, 0.160)  # the decoders' step
+    pacer.observe(0, 37, 0.150)  # a 37-token prompt alone (bucket 64)
+    pacer.observe(0, 100, 0.300)  # a 100-token prompt alone (bucket 128): dearer
+    assert pacer.alone_tokens(31) == 64
+    assert pacer.alone_tokens(0) == 0  # nobody decoding: every step is prefill's anyway
+    pacer.observe(31, 0, 0.100)  # the decoders' step got cheaper than the 64-row prompt
+    assert pacer.alone_tokens(31) == 0
+
+
+def test_a_chunk_late_in_a_long_prompt_is_limited_by_the_keys_it_attends() -> None:
+    """Steps cost their bucket plus a term per attended key (chunk token x position)."""
+    per_key = 0.040 / 66_000  # 33 tokens at position ~2,000 add a decode step's worth
+    pacer = PrefillPacer(max_tokens=512, reference_rows=32)
+    pacer.seed({rows: step_seconds(rows) for rows in (1, 2, 4, 8, 16, 32, 64)})
+    assert pacer.keys(31, 33) is None  # the per-key cost is not known yet
+    start = 0
+    for _ in range(30):
+        tokens = pacer.budget(31)
+        keys = pacer.keys(31, tokens)
+        size = tokens if keys is None else min(tokens, max(8, keys // (start + tokens)))
+        end = start + size
+        seconds = step_seconds(31 + size) + per_key * size * end
+        pacer.observe(31, size, seconds, size * end)
+        start = end
+    assert abs(pacer.key_seconds - per_key) < 0.05 * per_key
+    allowed = 1.6 * step_seconds(31)
+    keys = pacer.keys(31, 33)
+    assert abs(pacer.seconds[64] - step_seconds(64)) < 0.001  # the bucket, net of its keys
+    assert keys == int((allowed - pacer.seconds[64]) / pacer.key_seconds)
+    # At position 1,900 a chunk may take what fits: the step stays within the multiple.
+    size = min(33, keys // 1_933)
+    assert step_seconds(31 + size) + per_key * size * (1_900 + size) <= allowed
+    assert pacer.keys(0, 512) is None  # nobody decoding: no limit
+    pacer.key_seconds = 0.0  # keys that cost nothing measurable
+    assert pacer.keys(31, 33) is None
