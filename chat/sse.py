@@ -50,6 +50,10 @@ def event_frame(event: dict) -> bytes:
     return frame(event["type"], data)
 
 
+def delivery_frame(delivery: fanout.Delivery) -> bytes:
+    return event_frame(delivery.event)
+
+
 def shared_executor(function):
     """Run in the loop's shared threads, with the connection hygiene of a request."""
 
@@ -135,9 +139,10 @@ async def events(request: HttpRequest, message_id: int) -> HttpResponse:
                 if event is None:
                     yield b": keepalive\n\n"
                     continue
-                yield (
-                    event_frame(event) if delivery is None else delivery.encoded("sse", event_frame)
-                )
+                if delivery is None:
+                    yield event_frame(event)
+                else:
+                    yield delivery.encoded("sse", delivery_frame)
                 if event["type"] == "message.state" and event["status"] != "in_progress":
                     return
             # Dropped to resume: the stream ends and the client reconnects with Last-Event-ID.
