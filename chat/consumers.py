@@ -11,7 +11,7 @@ import redis
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 
-from chat import fanout, ws_direct
+from chat import direct, fanout
 from chat.events import encode
 from chat.models import Conversation
 from chat.resume import SEND, SKIP, Resume, live
@@ -55,7 +55,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
 
     The events come from the process's subscription (`chat.fanout`), not the channel layer.
     Under Daphne each event's frame is made once per process and written to the socket as
-    it is delivered (`chat.ws_direct`); a task per socket sends what cannot go that way (a
+    it is delivered (`chat.direct`); a task per socket sends what cannot go that way (a
     delta mended from the tail, the close after a deletion) and, under other servers, all.
     """
 
@@ -92,7 +92,7 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         except BaseException:  # e.g. the client left before its snapshot: leave the hub too
             self.reader.close()
             raise
-        writer = self.scope.get("extensions", {}).get(ws_direct.EXTENSION)
+        writer = self.scope.get("extensions", {}).get(direct.EXTENSION)
         if writer is not None:
             self.reader.direct = functools.partial(send_direct, writer, resume)
         self.pump = asyncio.create_task(self.forward(resume))
@@ -134,10 +134,10 @@ class ConversationConsumer(AsyncWebsocketConsumer):
 
 
 def delivery_frame(delivery: fanout.Delivery) -> bytes:
-    return ws_direct.text_frame(delivery.raw.encode())
+    return direct.text_frame(delivery.raw.encode())
 
 
-def send_direct(writer: ws_direct.FrameWriter, resume: Resume, delivery: fanout.Delivery) -> bool:
+def send_direct(writer: direct.FrameWriter, resume: Resume, delivery: fanout.Delivery) -> bool:
     """Write a live event's frame now, or skip it; False leaves it to the socket's task (a
     delta to mend, a deletion to close on, a socket not open)."""
     event = delivery.event

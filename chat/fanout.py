@@ -11,7 +11,7 @@ that falls LIMIT events behind, or that was reading when the subscription broke,
 (`Reader.next` returns None, `Reader.lost` says why): its socket or stream then resumes from
 a snapshot, so nothing it missed is lost silently.
 
-A reader whose owner can send an event synchronously (a WebSocket with `chat.ws_direct`)
+A reader whose owner can send an event synchronously (`chat.direct`, under Daphne)
 sets `Reader.direct`: while the owner's task waits with nothing queued, events go straight
 through it as they are delivered, with no task woken per reader and event; whatever it
 declines (a delta to mend from the tail, a close) is queued, and so is everything after it

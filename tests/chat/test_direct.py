@@ -1,4 +1,4 @@
-"""Frames written once per event and process (chat/ws_direct.py), on a real Daphne.
+"""Frames written once per event and process (chat/direct.py), on a real Daphne.
 
 The resume tests (test_resume.py) run the direct path for small events, mends and skips;
 these cover frame sizes past each length encoding, the close after a deletion, and that
@@ -17,10 +17,10 @@ from django.contrib.auth import get_user_model
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from chat import events
+from chat import events, live_text
 from chat.consumers import NOT_FOUND
+from chat.direct import daphne_protocol, text_frame
 from chat.models import Conversation, Message, Part
-from chat.ws_direct import daphne_protocol, text_frame
 from tests.chat.test_sse import signed_in
 from tests.conftest import Daphne, start_daphne
 
@@ -68,6 +68,7 @@ def open_socket(server: Daphne, username: str):
     conversation = Conversation.objects.create(owner=owner)
     reply = Message.objects.create(conversation=conversation, role="assistant", position=0)
     part = Part.objects.create(message=reply, index=0, kind="text", state="streaming")
+    live_text.reset(part.pk)  # a tail another run left under this part id would be shown
     url = f"{server.ws_url}/ws/conversations/{conversation.pk}/"
     headers = {"Cookie": f"sessionid={session.cookies['sessionid']}", "Origin": server.url}
     return connect(url, additional_headers=headers, open_timeout=10, max_size=None), part

@@ -1,4 +1,4 @@
-"""WebSocket text frames written once per event and process, straight to each socket.
+"""Live events written once per event and process, straight to each Daphne connection.
 
 Through ASGI, every message to every socket walks Channels' session wrapper, Daphne's reply
 handler and autobahn's `sendMessage`, which frames it again and formats its debug lines
@@ -12,10 +12,14 @@ register the socket for writability, wait a loop turn and unregister it again, t
 changes per socket and event that cost more than the rest of the delivery; whatever the
 socket does not take is handed to the transport, which keeps the order.
 
-`DirectFrames`, the outermost WebSocket middleware, recognises Daphne's `send` (its
-reply handler bound to the connection's protocol) and puts a `FrameWriter` in the scope
-under `EXTENSION`; under any other server (Channels' test communicator) there is none, and
-the consumer sends through ASGI as before.
+An SSE stream's events take the same shortcut past Django's response loop: `BodyWriter`
+hands the frame to Daphne's request (`twisted.web`'s `Request.write`, which adds the
+chunked encoding when the response has one), once the stream has sent what came before.
+
+`DirectWriters`, the outermost middleware of both protocols, recognises Daphne's `send`
+(its reply handler bound to the connection's protocol) and puts a writer in the scope under
+`EXTENSION`; under any other server (Channels' test communicator, Django's test client)
+there is none, and events go through ASGI as before.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import functools
 import socket
 import struct
 
-EXTENSION = "tandem.frame_writer"
+EXTENSION = "tandem.direct_writer"
 
 
 def text_frame(payload: bytes) -> bytes:
@@ -81,6 +85,23 @@ def plain_socket(transport) -> socket.socket | None:
     return sock
 
 
+class BodyWriter:
+    """Writes more of a streaming HTTP response's body to one Daphne request."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request) -> None:
+        self.request = request
+
+    def ready(self) -> bool:
+        """The response has started and neither ended nor lost its client."""
+        request = self.request
+        return bool(request.startedWriting) and not request.finished and not request._disconnected
+
+    def write(self, data: bytes) -> None:
+        self.request.write(data)
+
+
 def daphne_protocol(send):
     """The connection's protocol when `send` is Daphne's reply handler, else None."""
     if not isinstance(send, functools.partial) or len(send.args) != 1:
@@ -91,21 +112,29 @@ def daphne_protocol(send):
         return None
     if type(owner).__module__ != "daphne.server":
         return None
-    protocol = send.args[0]
-    if not all(hasattr(protocol, name) for name in ("transport", "send_queue", "STATE_OPEN")):
+    return send.args[0]
+
+
+def writer_for(scope, protocol) -> FrameWriter | BodyWriter | None:
+    names = {
+        "websocket": ("transport", "send_queue", "STATE_OPEN"),
+        "http": ("startedWriting", "finished", "_disconnected", "write"),
+    }.get(scope["type"], ())
+    if not names or not all(hasattr(protocol, name) for name in names):
         return None
-    return protocol
+    return FrameWriter(protocol) if scope["type"] == "websocket" else BodyWriter(protocol)
 
 
-class DirectFrames:
-    """ASGI middleware: a `FrameWriter` in the scope of WebSocket connections Daphne serves."""
+class DirectWriters:
+    """ASGI middleware: a writer in the scope of the connections Daphne serves."""
 
     def __init__(self, app) -> None:
         self.app = app
 
     async def __call__(self, scope, receive, send):
         protocol = daphne_protocol(send)
-        if protocol is not None:
-            extensions = {**(scope.get("extensions") or {}), EXTENSION: FrameWriter(protocol)}
+        writer = None if protocol is None else writer_for(scope, protocol)
+        if writer is not None:
+            extensions = {**(scope.get("extensions") or {}), EXTENSION: writer}
             scope = {**scope, "extensions": extensions}
         return await self.app(scope, receive, send)
