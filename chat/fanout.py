@@ -76,7 +76,12 @@ class Reader:
         if self.lost is not None:
             return
         if self._direct_on:
-            if self.direct(delivery):
+            try:
+                if self.direct(delivery):
+                    return
+            except Exception as exc:  # noqa: BLE001 - one broken socket must not stop the others
+                log.warning("a direct write failed; the reader resumes: %r", exc)
+                self.drop(f"a direct write failed: {exc!r}")
                 return
             self._direct_on = False  # in order: the task sends the rest until it is idle
         if len(self._items) >= LIMIT:
