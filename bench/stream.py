@@ -79,6 +79,10 @@ def server_env(args: argparse.Namespace, conversations: int) -> dict[str, str]:
         "TANDEM_ENGINE_SOURCE": args.source,
         "TANDEM_CHAT_MAX_NEW_TOKENS": str(MAX_NEW_TOKENS),
         "TANDEM_MAX_RUNNING": str(max(32, conversations)),
+        # A step must hold every decoder plus a prompt token (the engine refuses less), and
+        # every reply may wait for its prefill at once (--distinct starts a thousand).
+        "TANDEM_MAX_STEP_TOKENS": str(max(512, conversations + 512)),
+        "TANDEM_MAX_WAITING": str(max(256, conversations)),
     }
     if args.source == "synthetic":
         env["TANDEM_SYNTHETIC_TOKENS_PER_S"] = str(args.rate)

@@ -100,7 +100,10 @@ class BenchServer:
             try:
                 with urllib.request.urlopen(f"{self.origin}/health", timeout=5) as response:
                     return json.load(response)["model"]["state"] == "ready"
-            except urllib.error.HTTPError:
+            except urllib.error.HTTPError as exc:
+                model = json.loads(exc.read() or b"{}").get("model", {})
+                if model.get("state") == "error":  # it will not become ready: say why now
+                    raise RuntimeError(f"the engine failed to start: {model}") from exc
                 return False
 
         wait_until(ready, timeout, "the engine to be ready", interval=0.25)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 
@@ -10,10 +11,10 @@ import redis
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 
-from chat import fanout
+from chat import direct, fanout
 from chat.events import encode
 from chat.models import Conversation
-from chat.resume import Resume, live
+from chat.resume import SEND, SKIP, Resume, live
 from chat.snapshot import conversation_snapshot
 
 RESUME = 4000  # the browser reconnects and starts over from a snapshot
@@ -52,8 +53,10 @@ class ConversationConsumer(AsyncWebsocketConsumer):
     """Live events of one conversation for its owner: a snapshot, then the live tail, by the
     resume protocol of `chat.resume`.
 
-    The events come from the process's subscription (`chat.fanout`), not the channel layer:
-    a task per socket sends them as they were published, encoded once for every socket.
+    The events come from the process's subscription (`chat.fanout`), not the channel layer.
+    Under Daphne each event's frame is made once per process and written to the socket as
+    it is delivered (`chat.direct`); a task per socket sends what cannot go that way (a
+    delta mended from the tail, the close after a deletion) and, under other servers, all.
     """
 
     channel_layer_alias = "live events come from chat.fanout"  # no layer: no channel per socket
@@ -89,6 +92,9 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         except BaseException:  # e.g. the client left before its snapshot: leave the hub too
             self.reader.close()
             raise
+        writer = self.scope.get("extensions", {}).get(direct.EXTENSION)
+        if writer is not None:
+            self.reader.direct = functools.partial(send_direct, writer, resume)
         self.pump = asyncio.create_task(self.forward(resume))
 
     async def forward(self, resume: Resume) -> None:
@@ -125,3 +131,19 @@ class ConversationConsumer(AsyncWebsocketConsumer):
 
     async def send_event(self, event: dict) -> None:
         await self.send(text_data=json.dumps(event))
+
+
+def delivery_frame(delivery: fanout.Delivery) -> bytes:
+    return direct.text_frame(delivery.raw.encode())
+
+
+def send_direct(writer: direct.FrameWriter, resume: Resume, delivery: fanout.Delivery) -> bool:
+    """Write a live event's frame now, or skip it; False leaves it to the socket's task (a
+    delta to mend, a deletion to close on, a socket not open)."""
+    event = delivery.event
+    if event["type"] == "conversation.deleted" or not writer.ready():
+        return False
+    verdict = resume.judge(event)
+    if verdict == SEND:
+        writer.write(delivery.encoded("ws", delivery_frame))
+    return verdict in (SEND, SKIP)

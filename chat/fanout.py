@@ -10,6 +10,12 @@ A reader never blocks the others or the writer: each has its own bounded queue, 
 that falls LIMIT events behind, or that was reading when the subscription broke, is dropped
 (`Reader.next` returns None, `Reader.lost` says why): its socket or stream then resumes from
 a snapshot, so nothing it missed is lost silently.
+
+A reader whose owner can send an event synchronously (`chat.direct`, under Daphne)
+sets `Reader.direct`: while the owner's task waits with nothing queued, events go straight
+through it as they are delivered, with no task woken per reader and event; whatever it
+declines (a delta to mend from the tail, a close) is queued, and so is everything after it
+until the task has caught up.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import logging
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -44,11 +51,12 @@ class Delivery:
         self.event: dict = json.loads(raw)
         self._encoded: dict[str, Any] = {}
 
-    def encoded(self, name: str, encode) -> Any:
-        """`encode(event)`, made once per process however many readers send it."""
-        if name not in self._encoded:
-            self._encoded[name] = encode(self.event)
-        return self._encoded[name]
+    def encoded(self, name: str, encode: Callable[[Delivery], Any]) -> Any:
+        """`encode(delivery)`, made once per process however many readers send it."""
+        found = self._encoded.get(name)
+        if found is None:
+            found = self._encoded[name] = encode(self)
+        return found
 
 
 class Reader:
@@ -58,12 +66,24 @@ class Reader:
         self.hub = hub
         self.channel = channel
         self.lost: str | None = None
+        # Sends an event at once and says True, or says False to have it queued.
+        self.direct: Callable[[Delivery], bool] | None = None
+        self._direct_on = False  # the owner's task is idle: `direct` may send
         self._items: deque[Delivery] = deque()
         self._wake = asyncio.Event()
 
     def offer(self, delivery: Delivery) -> None:
         if self.lost is not None:
             return
+        if self._direct_on:
+            try:
+                if self.direct(delivery):
+                    return
+            except Exception as exc:  # noqa: BLE001 - one broken socket must not stop the others
+                log.warning("a direct write failed; the reader resumes: %r", exc)
+                self.drop(f"a direct write failed: {exc!r}")
+                return
+            self._direct_on = False  # in order: the task sends the rest until it is idle
         if len(self._items) >= LIMIT:
             self.drop(f"fell {LIMIT} events behind")
             return
@@ -83,6 +103,7 @@ class Reader:
         while not self._items:
             if self.lost is not None:
                 return None
+            self._direct_on = self.direct is not None
             self._wake.clear()
             async with asyncio.timeout(timeout):  # None: no limit
                 await self._wake.wait()

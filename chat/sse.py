@@ -11,11 +11,15 @@ them), kept until the response ends: for a stream, one idle OS thread per reader
 docs/benchmarks.md). The view does its own database work in the shared executor
 (`thread_sensitive=False`), and the stream lets the request's executor go as it starts, once
 the middleware is done with it. Events come from the process's subscription (`chat.fanout`)
-and are framed once per process.
+and are framed once per process; under Daphne the frame of a plain live event is written to
+the stream's connection as it is delivered (`chat.direct`), while everything that needs the
+stream's own task (the opening frames, a mended delta, the message's end, keepalives) goes
+through Django's response as before.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 
@@ -25,9 +29,9 @@ from django.contrib.auth import get_user
 from django.db import close_old_connections
 from django.http import Http404, HttpRequest, HttpResponse
 
-from chat import fanout
+from chat import direct, fanout
 from chat.models import Message
-from chat.resume import Resume, catch_up, live
+from chat.resume import SEND, SKIP, Resume, catch_up, live
 from chat.snapshot import message_payload
 from inference.api.sse import sse_response
 
@@ -48,6 +52,22 @@ def event_frame(event: dict) -> bytes:
     if event["type"] == "part.state":
         return frame("part.state", event["part"])
     return frame(event["type"], data)
+
+
+def delivery_frame(delivery: fanout.Delivery) -> bytes:
+    return event_frame(delivery.event)
+
+
+def send_direct(writer: direct.BodyWriter, resume: Resume, delivery: fanout.Delivery) -> bool:
+    """Write a live event's frame now, or skip it; False leaves it to the stream's task (a
+    delta to mend, a message state, which may end the stream, a response not writable)."""
+    event = delivery.event
+    if event["type"] == "message.state" or not writer.ready():
+        return False
+    verdict = resume.judge(event)
+    if verdict == SEND:
+        writer.write(delivery.encoded("sse", delivery_frame))
+    return verdict in (SEND, SKIP)
 
 
 def shared_executor(function):
@@ -131,13 +151,18 @@ async def events(request: HttpRequest, message_id: int) -> HttpResponse:
             )
             if found["payload"]["status"] != "in_progress":
                 return
+            # Past here the frames above have gone out: direct writes come after them.
+            writer = request.scope.get("extensions", {}).get(direct.EXTENSION)
+            if writer is not None:
+                reader.direct = functools.partial(send_direct, writer, resume)
             async for event, delivery in live(reader, resume, idle=KEEPALIVE):
                 if event is None:
                     yield b": keepalive\n\n"
                     continue
-                yield (
-                    event_frame(event) if delivery is None else delivery.encoded("sse", event_frame)
-                )
+                if delivery is None:
+                    yield event_frame(event)
+                else:
+                    yield delivery.encoded("sse", delivery_frame)
                 if event["type"] == "message.state" and event["status"] != "in_progress":
                     return
             # Dropped to resume: the stream ends and the client reconnects with Last-Event-ID.

@@ -20,16 +20,19 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 
 from chat import heartbeat  # noqa: E402
+from chat.direct import DirectWriters  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 from config.request_id import RequestIdASGIMiddleware  # noqa: E402
 from inference.provisioning import runtime, startup  # noqa: E402
 
 runtime.start_background_load(startup.start_engine)
-protocols = {"http": RequestIdASGIMiddleware(django_asgi_app)}
+protocols = {"http": DirectWriters(RequestIdASGIMiddleware(django_asgi_app))}
 if settings.TANDEM_ROLE == "all":
     heartbeat.start()
-    protocols["websocket"] = RequestIdASGIMiddleware(
-        AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+    protocols["websocket"] = DirectWriters(
+        RequestIdASGIMiddleware(
+            AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+        )
     )
 
 application = ProtocolTypeRouter(protocols)
