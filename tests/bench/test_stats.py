@@ -76,3 +76,14 @@ def test_each_peer_is_compared_with_the_tandem_on_its_path() -> None:
     bars = {t.name: t for t in targets(rows, {}, None, None)}
     assert bars["tandem-http/llama.cpp-http @1"].met is True
     assert bars["tandem-http/llama.cpp-http @32"].value == 2.5
+    assert bars["tandem-http single stream tok/s"].value == 8
+
+
+def test_a_single_stream_run_has_no_many_streams_bar() -> None:
+    """With only one stream level, the llama.cpp bar at many streams is not evaluated."""
+    rows = [row("tandem-http", 1, 70), row("llama.cpp-http", 1, 77)]
+    names = [t.name for t in targets(rows, {}, None, None)]
+    assert "tandem-http/llama.cpp-http @1" in names
+    assert [n for n in names if n.startswith("tandem-http/llama.cpp-http")] == [
+        "tandem-http/llama.cpp-http @1"
+    ]
