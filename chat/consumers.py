@@ -14,7 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocke
 from chat import direct, fanout
 from chat.events import encode
 from chat.models import Conversation
-from chat.resume import SEND, SKIP, Resume, live
+from chat.resume import Resume, live, send_now
 from chat.snapshot import conversation_snapshot
 
 RESUME = 4000  # the browser reconnects and starts over from a snapshot
@@ -94,7 +94,14 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             raise
         writer = self.scope.get("extensions", {}).get(direct.EXTENSION)
         if writer is not None:
-            self.reader.direct = functools.partial(send_direct, writer, resume)
+            self.reader.direct = functools.partial(
+                send_now,
+                writer,
+                resume,
+                keep="conversation.deleted",
+                name="ws",
+                frame=delivery_frame,
+            )
         self.pump = asyncio.create_task(self.forward(resume))
 
     async def forward(self, resume: Resume) -> None:
@@ -135,15 +142,3 @@ class ConversationConsumer(AsyncWebsocketConsumer):
 
 def delivery_frame(delivery: fanout.Delivery) -> bytes:
     return direct.text_frame(delivery.raw.encode())
-
-
-def send_direct(writer: direct.FrameWriter, resume: Resume, delivery: fanout.Delivery) -> bool:
-    """Write a live event's frame now, or skip it; False leaves it to the socket's task (a
-    delta to mend, a deletion to close on, a socket not open)."""
-    event = delivery.event
-    if event["type"] == "conversation.deleted" or not writer.ready():
-        return False
-    verdict = resume.judge(event)
-    if verdict == SEND:
-        writer.write(delivery.encoded("ws", delivery_frame))
-    return verdict in (SEND, SKIP)

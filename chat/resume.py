@@ -15,7 +15,8 @@ piece once, in order; when the tail cannot mend it, the client resumes from a ne
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, Protocol
 
 from chat import events, live_text
 from chat.fanout import Delivery, Reader
@@ -144,3 +145,32 @@ async def live(
             "part %s: pieces %s..%s mended from the tail", event["part_id"], seen + 1, event["seq"]
         )
         yield mended, None
+
+
+class Writer(Protocol):
+    """A connection that takes a ready frame at once (`chat.direct`'s writers)."""
+
+    def ready(self) -> bool: ...
+
+    def write(self, frame: bytes) -> None: ...
+
+
+def send_now(
+    writer: Writer,
+    resume: Resume,
+    delivery: Delivery,
+    *,
+    keep: str,
+    name: str,
+    frame: Callable[[Delivery], Any],
+) -> bool:
+    """Write a live event's frame now (made once per process as `name`), or skip it; False
+    leaves it to the connection's own task: an event of type `keep` (it ends or closes the
+    connection), a delta to mend, a writer not ready."""
+    event = delivery.event
+    if event["type"] == keep or not writer.ready():
+        return False
+    verdict = resume.judge(event)
+    if verdict == SEND:
+        writer.write(delivery.encoded(name, frame))
+    return verdict in (SEND, SKIP)

@@ -31,7 +31,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 
 from chat import direct, fanout
 from chat.models import Message
-from chat.resume import SEND, SKIP, Resume, catch_up, live
+from chat.resume import Resume, catch_up, live, send_now
 from chat.snapshot import message_payload
 from inference.api.sse import sse_response
 
@@ -56,18 +56,6 @@ def event_frame(event: dict) -> bytes:
 
 def delivery_frame(delivery: fanout.Delivery) -> bytes:
     return event_frame(delivery.event)
-
-
-def send_direct(writer: direct.BodyWriter, resume: Resume, delivery: fanout.Delivery) -> bool:
-    """Write a live event's frame now, or skip it; False leaves it to the stream's task (a
-    delta to mend, a message state, which may end the stream, a response not writable)."""
-    event = delivery.event
-    if event["type"] == "message.state" or not writer.ready():
-        return False
-    verdict = resume.judge(event)
-    if verdict == SEND:
-        writer.write(delivery.encoded("sse", delivery_frame))
-    return verdict in (SEND, SKIP)
 
 
 def shared_executor(function):
@@ -154,7 +142,9 @@ async def events(request: HttpRequest, message_id: int) -> HttpResponse:
             # Past here the frames above have gone out: direct writes come after them.
             writer = request.scope.get("extensions", {}).get(direct.EXTENSION)
             if writer is not None:
-                reader.direct = functools.partial(send_direct, writer, resume)
+                reader.direct = functools.partial(
+                    send_now, writer, resume, keep="message.state", name="sse", frame=delivery_frame
+                )
             async for event, delivery in live(reader, resume, idle=KEEPALIVE):
                 if event is None:
                     yield b": keepalive\n\n"
