@@ -63,6 +63,17 @@ def start_daphne(name: str, log_dir: Path, port: int | None = None, **env: str) 
     return Daphne(service, port)
 
 
+@contextmanager
+def daphne_without_model(name: str, log_dir: Path) -> Iterator[Daphne]:
+    """A Daphne that loads no model (protocol tests need none, and loading costs CPU),
+    stopped when the block ends."""
+    daphne = start_daphne(name, log_dir, TANDEM_LOAD_MODEL="0")
+    try:
+        yield daphne
+    finally:
+        daphne.service.stop()
+
+
 def wait_for_model(server: Daphne, timeout: float = 240) -> None:
     """Block until the server's /health says ready (the model and engine are up)."""
 

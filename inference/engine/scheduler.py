@@ -106,10 +106,8 @@ class Scheduler:
             budget -= 1
         if prefill_budget is not None:
             budget = min(budget, prefill_budget)
-        free = self.max_running - len(self.running)
-        newcomers = list(itertools.islice(self.waiting, max(free, 0)))
         prefilling = [s for s in self.running if s.prefilling]
-        for seq in sorted(prefilling + newcomers, key=_remaining_prompt):
+        for seq in sorted(prefilling + self._newcomers(), key=_remaining_prompt):
             if budget <= 0:
                 break
             size = min(budget, _fitting(seq.num_computed, prefill_keys))
@@ -133,8 +131,7 @@ class Scheduler:
         if self._alone_last or max_tokens <= 0:
             self._alone_last = False
             return None
-        free = self.max_running - len(self.running)
-        newcomers = sorted(itertools.islice(self.waiting, max(free, 0)), key=_remaining_prompt)
+        newcomers = sorted(self._newcomers(), key=_remaining_prompt)
         batch = StepBatch()
         for seq in newcomers:
             if len(seq.prompt_ids) > max_tokens:
@@ -143,6 +140,11 @@ class Scheduler:
             max_tokens -= self._plan_chunk(seq, max_tokens, batch)
         self._alone_last = bool(batch.sequences)
         return batch if batch.sequences else None
+
+    def _newcomers(self) -> list[Sequence]:
+        """The waiting requests the free slots could take, in arrival order."""
+        free = self.max_running - len(self.running)
+        return list(itertools.islice(self.waiting, max(free, 0)))
 
     def _admit(self, seq: Sequence, batch: StepBatch) -> None:
         """Give a waiting request a slot and make it running."""

@@ -22,18 +22,15 @@ from chat.consumers import NOT_FOUND
 from chat.direct import daphne_protocol, text_frame
 from chat.models import Conversation, Message, Part
 from tests.chat.test_sse import signed_in
-from tests.conftest import Daphne, start_daphne
+from tests.conftest import Daphne, daphne_without_model
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(scope="module")
 def server(django_db_setup, service_logs) -> Iterator[Daphne]:
-    daphne = start_daphne("daphne-ws-direct", service_logs, TANDEM_LOAD_MODEL="0")
-    try:
+    with daphne_without_model("daphne-ws-direct", service_logs) as daphne:
         yield daphne
-    finally:
-        daphne.service.stop()
 
 
 def test_frame_headers_for_each_length_encoding():

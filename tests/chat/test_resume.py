@@ -20,7 +20,7 @@ from chat import events, live_text
 from chat.models import Conversation, Message, Part
 from chat.parts import part_transition
 from tests.chat.test_sse import read_events, signed_in
-from tests.conftest import Daphne, start_daphne
+from tests.conftest import Daphne, daphne_without_model
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,11 +30,8 @@ Shown = tuple[str, dict]
 @pytest.fixture(scope="module")
 def server(django_db_setup, service_logs) -> Iterator[Daphne]:
     """A Daphne without the model: the protocol needs none, and loading it costs CPU."""
-    daphne = start_daphne("daphne-resume", service_logs, TANDEM_LOAD_MODEL="0")
-    try:
+    with daphne_without_model("daphne-resume", service_logs) as daphne:
         yield daphne
-    finally:
-        daphne.service.stop()
 
 
 def streaming_reply(owner) -> Part:

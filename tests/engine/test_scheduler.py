@@ -23,6 +23,15 @@ def scheduler(max_running: int = 4) -> Scheduler:
     return Scheduler(KVCache(SPEC, max_running, 4096, 16), max_running, 16, 512)
 
 
+def decoding(sched: Scheduler) -> Sequence:
+    """A request admitted, its 4-token prompt fed, and its first token out: it decodes next."""
+    first = sequence("first", 4)
+    sched.add([first])
+    sched.schedule(8)
+    first.output_ids.append(5)
+    return first
+
+
 def chunks(plan) -> dict[str, int]:
     """Prompt tokens each request feeds in a planned step, by request id."""
     by_slot = {seq.slot: seq.request_id for seq in plan.sequences}
@@ -44,10 +53,7 @@ def test_a_short_prompt_is_not_queued_behind_a_long_prefill() -> None:
 
 def test_decoders_feed_first_and_the_budget_bounds_prompt_tokens() -> None:
     sched = scheduler()
-    first = sequence("first", 4)
-    sched.add([first])
-    sched.schedule(8)
-    first.output_ids.append(5)  # decoding now
+    first = decoding(sched)
     sched.add([sequence("a", 30), sequence("b", 10)])
     plan = sched.schedule(12)
     assert plan.decode_slots == [first.slot]
@@ -65,10 +71,7 @@ def test_waiting_requests_beyond_the_free_slots_stay_queued_in_order() -> None:
 
 def test_a_prompt_alone_goes_whole_and_never_twice_in_a_row() -> None:
     sched = scheduler()
-    first = sequence("first", 4)
-    sched.add([first])
-    sched.schedule(8)
-    first.output_ids.append(5)  # decoding now
+    decoding(sched)
     sched.add([sequence("long", 100), sequence("a", 30), sequence("b", 20)])
     plan = sched.schedule_alone(64)
     assert plan.decode_slots == [] and chunks(plan) == {"b": 20, "a": 30}
