@@ -24,7 +24,7 @@ def part_kinds(chat) -> list[str]:
 
 def test_edit_a_sent_message_and_browse_its_branches(chat, celery_worker):
     page = chat.page
-    set_max_tokens(page, 200)  # long enough to still be writing when the edit is tried
+    set_max_tokens(page, 1000)  # long enough to still be writing when the edit is tried
     chat.send("Tell me a long story about a lighthouse.", image=True)
     chat.wait_text(1)
     asked = page.locator(".message-user").first
