@@ -73,14 +73,15 @@ def streamed_reply(server, username: str, **conversation_fields):
 
 
 def shown_text(events) -> str:
-    """The text part as a page builds it: the snapshot's text, then each next delta in order."""
+    """The text part as a page builds it: the snapshot's text, then each next delta in order
+    (a delta may carry several pieces, `first`..`seq`, when they came within one window)."""
     text, seq = "", 0
     for event in events:
         data = event["data"]
         if event["event"] == "part.state" and data["kind"] == "text" and data["seq"] >= seq:
             text, seq = data["text"], data["seq"]
         elif event["event"] == "part.delta":
-            assert data["seq"] == seq + 1, "a gap or a repeat"
+            assert data["first"] == seq + 1 and data["seq"] >= data["first"], "a gap or a repeat"
             text, seq = text + data["text"], data["seq"]
     return text
 
