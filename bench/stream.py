@@ -72,7 +72,15 @@ def raise_open_files_limit() -> None:
 
 
 def server_env(args: argparse.Namespace, conversations: int) -> dict[str, str]:
+    from django.conf import settings
+
     env = {
+        # Production settings, as a deployment runs them: DEBUG keeps every SQL query of each
+        # database connection in memory (up to 9,000), tens of KiB per reader at this scale.
+        "DEBUG": "0",
+        "SECRET_KEY": settings.SECRET_KEY,  # the one that signed the viewers' sessions
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "SECURE_SSL_REDIRECT": "0",  # plain HTTP on the loopback, no proxy in front
         # Its own live events channels: another run on the same Redis database (a test suite,
         # a second bench) numbers its conversations from 1 too.
         "TANDEM_CHANNEL_PREFIX": f"bench-{os.getpid()}",

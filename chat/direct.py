@@ -13,8 +13,8 @@ changes per socket and event that cost more than the rest of the delivery; whate
 socket does not take is handed to the transport, which keeps the order.
 
 An SSE stream's events take the same shortcut past Django's response loop: `BodyWriter`
-hands the frame to Daphne's request (`twisted.web`'s `Request.write`, which adds the
-chunked encoding when the response has one), once the stream has sent what came before.
+writes what Daphne's request would (`twisted.web`'s `Request.write`, with its chunked
+encoding when the response has one) the same way, once the stream has sent what came before.
 
 `DirectWriters`, the outermost middleware of both protocols, recognises Daphne's `send`
 (its reply handler bound to the connection's protocol) and puts a writer in the scope under
@@ -60,18 +60,23 @@ class FrameWriter:
 
     def write(self, frame: bytes) -> None:
         transport = self.protocol.transport
-        sock = self._socket
-        if sock is False:
-            sock = self._socket = plain_socket(transport)
-        if sock is not None and not transport._tempDataLen and not transport.dataBuffer:
-            try:
-                sent = sock.send(frame)
-            except OSError:  # full (EAGAIN) or broken: the transport buffers or reports it
-                sent = 0
-            if sent == len(frame):
-                return
-            frame = frame[sent:]
-        transport.write(frame)
+        if self._socket is False:
+            self._socket = plain_socket(transport)
+        write_through(transport, self._socket, frame)
+
+
+def write_through(transport, sock: socket.socket | None, data: bytes) -> None:
+    """`data` to the socket at once when the transport has nothing buffered; what the socket
+    does not take (or all of it, without a plain socket) goes to the transport, in order."""
+    if sock is not None and not transport._tempDataLen and not transport.dataBuffer:
+        try:
+            sent = sock.send(data)
+        except OSError:  # full (EAGAIN) or broken: the transport buffers or reports it
+            sent = 0
+        if sent == len(data):
+            return
+        data = data[sent:]
+    transport.write(data)
 
 
 def plain_socket(transport) -> socket.socket | None:
@@ -86,12 +91,16 @@ def plain_socket(transport) -> socket.socket | None:
 
 
 class BodyWriter:
-    """Writes more of a streaming HTTP response's body to one Daphne request."""
+    """Writes more of a streaming HTTP response's body to one Daphne request: what
+    `twisted.web`'s `Request.write` would send (chunked when the response is), straight to
+    the socket as `FrameWriter` does. The socket gets TCP_NODELAY, as autobahn gives a
+    WebSocket's: each event is a small write that should not wait for the last one's ACK."""
 
-    __slots__ = ("request",)
+    __slots__ = ("request", "_socket")
 
     def __init__(self, request) -> None:
         self.request = request
+        self._socket: socket.socket | None | bool = False  # False: not looked at yet
 
     def ready(self) -> bool:
         """The response has started and neither ended nor lost its client."""
@@ -99,7 +108,16 @@ class BodyWriter:
         return bool(request.startedWriting) and not request.finished and not request._disconnected
 
     def write(self, data: bytes) -> None:
-        self.request.write(data)
+        request = self.request
+        transport = request.channel.transport
+        if self._socket is False:
+            self._socket = plain_socket(transport)
+            if self._socket is not None:
+                transport.setTcpNoDelay(True)
+        request.sentLength += len(data)
+        if request.chunked:
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        write_through(transport, self._socket, data)
 
 
 def daphne_protocol(send):
@@ -118,7 +136,7 @@ def daphne_protocol(send):
 def writer_for(scope, protocol) -> FrameWriter | BodyWriter | None:
     names = {
         "websocket": ("transport", "send_queue", "STATE_OPEN"),
-        "http": ("startedWriting", "finished", "_disconnected", "write"),
+        "http": ("startedWriting", "finished", "_disconnected", "channel", "chunked", "sentLength"),
     }.get(scope["type"], ())
     if not names or not all(hasattr(protocol, name) for name in names):
         return None

@@ -70,7 +70,9 @@ class Reader:
         self.direct: Callable[[Delivery], bool] | None = None
         self._direct_on = False  # the owner's task is idle: `direct` may send
         self._items: deque[Delivery] = deque()
-        self._wake = asyncio.Event()
+        # The owner's task waiting in `next` (a bare future: an asyncio.Event keeps a deque
+        # of its own, and a process holds a thousand readers).
+        self._waiter: asyncio.Future | None = None
 
     def offer(self, delivery: Delivery) -> None:
         if self.lost is not None:
@@ -88,14 +90,18 @@ class Reader:
             self.drop(f"fell {LIMIT} events behind")
             return
         self._items.append(delivery)
-        self._wake.set()
+        self._wake()
 
     def drop(self, why: str) -> None:
         """This reader must resume from a snapshot: what it waits for is let go."""
         if self.lost is None:
             self.lost = why
         self._items.clear()
-        self._wake.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     async def next(self, timeout: float | None = None) -> Delivery | None:
         """The next event, waiting for one; None once the reader was dropped. TimeoutError
@@ -104,9 +110,12 @@ class Reader:
             if self.lost is not None:
                 return None
             self._direct_on = self.direct is not None
-            self._wake.clear()
-            async with asyncio.timeout(timeout):  # None: no limit
-                await self._wake.wait()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(timeout):  # None: no limit
+                    await self._waiter
+            finally:
+                self._waiter = None
         return self._items.popleft()
 
     def close(self) -> None:

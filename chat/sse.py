@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import AsyncIterator
 
 import redis
 from asgiref.sync import SyncToAsync, sync_to_async
@@ -36,6 +37,7 @@ from chat.snapshot import message_payload
 from inference.api.sse import sse_response
 
 KEEPALIVE = 15.0
+SHED_KEEPS = frozenset({"scope", "path", "path_info", "script_name", "method"})
 log = logging.getLogger(__name__)
 
 
@@ -72,8 +74,18 @@ def shared_executor(function):
 
 
 @shared_executor
-def signed_in(request: HttpRequest):
-    return get_user(request)
+def reader_of(request: HttpRequest, message_id: int) -> tuple[object, int | None]:
+    """The signed-in user and the conversation of their reply `message_id` (None when there is
+    no such reply of theirs), in one trip to the executor and without building the message."""
+    user = get_user(request)
+    if not user.is_authenticated:
+        return user, None
+    conversation_id = (
+        Message.objects.filter(pk=message_id, conversation__owner=user, role="assistant")
+        .values_list("conversation_id", flat=True)
+        .first()
+    )
+    return user, conversation_id
 
 
 @shared_executor
@@ -85,7 +97,7 @@ def load(user, message_id: int) -> dict:
     )
     if message is None:
         raise Http404("No such message.")
-    return {"conversation_id": message.conversation_id, "payload": message_payload(message)}
+    return message_payload(message)
 
 
 def release_request_thread() -> None:
@@ -98,8 +110,17 @@ def release_request_thread() -> None:
         executor.shutdown(wait=False)
 
 
+def shed(request: HttpRequest) -> None:
+    """Let go of what the middleware and the view are done with (the session, the user, the
+    messages storage, the resolver match, cookies, META, parsed headers and query): Django's
+    handler holds the request for as long as its stream lasts, one per reader. What stays
+    names the request (its scope, path and method)."""
+    for name in [name for name in vars(request) if name not in SHED_KEEPS]:
+        delattr(request, name)
+
+
 def last_event_id(request: HttpRequest) -> int | None:
-    raw = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id")
+    raw = request.META.get("HTTP_LAST_EVENT_ID") or request.GET.get("last_event_id")
     try:
         return int(raw) if raw is not None else None
     except ValueError:
@@ -107,57 +128,74 @@ def last_event_id(request: HttpRequest) -> int | None:
 
 
 async def events(request: HttpRequest, message_id: int) -> HttpResponse:
-    user = await signed_in(request)
+    user, conversation_id = await reader_of(request, message_id)
     if not user.is_authenticated:
         return HttpResponse(status=401)
-    found = await load(user, message_id)
+    if conversation_id is None:
+        raise Http404("No such message.")
     try:
-        reader = await fanout.hub().join(found["conversation_id"])
+        reader = await fanout.hub().join(conversation_id)
     except (redis.RedisError, OSError, TimeoutError):
         return HttpResponse("Live events are unavailable; try again.", status=503)
     try:
         # Snapshot after joining: see chat/resume.py for why this order gives no gap.
-        found = await load(user, message_id)
+        payload = await load(user, message_id)
     except BaseException:
         reader.close()
         raise
+    return sse_response(stream(request, reader, payload, message_id))
+
+
+async def opening(payload: dict, message_id: int, resume_from: int | None) -> AsyncIterator[bytes]:
+    """The snapshot's frames; on a reconnect, each part's pieces after `resume_from` first."""
+    for part in payload["parts"]:
+        if resume_from is not None:
+            deltas, part = await shared_executor(catch_up)(part, resume_from)
+            for delta in deltas:
+                yield event_frame(delta)
+        yield frame("part.state", part)
+    yield frame("message.state", {"message_id": message_id, "status": payload["status"]})
+
+
+async def stream(
+    request: HttpRequest, reader: fanout.Reader, payload: dict, message_id: int
+) -> AsyncIterator[bytes]:
+    """The opening frames (the snapshot, or what follows Last-Event-ID), then live events.
+
+    It keeps neither the snapshot nor the request's session, user and the like while it
+    waits for events: at a thousand readers per process, what each stream holds is what
+    the process's memory grows by (docs/benchmarks.md).
+    """
+    # The middleware is done with the request: the stream needs no thread, nor its state.
+    release_request_thread()
     resume_from = last_event_id(request)
-
-    async def stream():
-        release_request_thread()  # the middleware is done: the stream needs no thread
-        try:
-            parts = found["payload"]["parts"]
-            resume = Resume(parts, message_id=message_id)
-            for part in parts:
-                if resume_from is not None:
-                    deltas, part = await shared_executor(catch_up)(part, resume_from)
-                    for delta in deltas:
-                        yield event_frame(delta)
-                yield frame("part.state", part)
-            yield frame(
-                "message.state", {"message_id": message_id, "status": found["payload"]["status"]}
+    writer = request.scope.get("extensions", {}).get(direct.EXTENSION)
+    shed(request)
+    del request
+    try:
+        resume = Resume(payload["parts"], message_id=message_id)
+        status = payload["status"]
+        async for opened in opening(payload, message_id, resume_from):
+            yield opened
+        del payload
+        if status != "in_progress":
+            return
+        # Past here the frames above have gone out: direct writes come after them.
+        if writer is not None:
+            reader.direct = functools.partial(
+                send_now, writer, resume, keep="message.state", name="sse", frame=delivery_frame
             )
-            if found["payload"]["status"] != "in_progress":
+        async for event, delivery in live(reader, resume, idle=KEEPALIVE):
+            if event is None:
+                yield b": keepalive\n\n"
+                continue
+            if delivery is None:
+                yield event_frame(event)
+            else:
+                yield delivery.encoded("sse", delivery_frame)
+            if event["type"] == "message.state" and event["status"] != "in_progress":
                 return
-            # Past here the frames above have gone out: direct writes come after them.
-            writer = request.scope.get("extensions", {}).get(direct.EXTENSION)
-            if writer is not None:
-                reader.direct = functools.partial(
-                    send_now, writer, resume, keep="message.state", name="sse", frame=delivery_frame
-                )
-            async for event, delivery in live(reader, resume, idle=KEEPALIVE):
-                if event is None:
-                    yield b": keepalive\n\n"
-                    continue
-                if delivery is None:
-                    yield event_frame(event)
-                else:
-                    yield delivery.encoded("sse", delivery_frame)
-                if event["type"] == "message.state" and event["status"] != "in_progress":
-                    return
-            # Dropped to resume: the stream ends and the client reconnects with Last-Event-ID.
-            log.info("sse stream of message %s resumes: %s", message_id, reader.lost)
-        finally:
-            reader.close()
-
-    return sse_response(stream())
+        # Dropped to resume: the stream ends and the client reconnects with Last-Event-ID.
+        log.info("sse stream of message %s resumes: %s", message_id, reader.lost)
+    finally:
+        reader.close()

@@ -30,6 +30,9 @@ def engine_config() -> EngineConfig:
 def load_source() -> tuple[loading.LoadedModel, ModelRunner | None]:
     """The model, or (TANDEM_ENGINE_SOURCE=synthetic, benchmarks only) a paced stand-in."""
     if settings.TANDEM_ENGINE_SOURCE == "synthetic":
+        # Its logits only name a token: one thread does that, and leaves the other cores to
+        # the server it stands in for.
+        torch.set_num_threads(settings.TANDEM_TORCH_THREADS or 1)
         return synthetic.load(settings.TANDEM_MODEL, settings.TANDEM_SYNTHETIC_TOKENS_PER_S)
     if settings.TANDEM_TORCH_THREADS:
         torch.set_num_threads(settings.TANDEM_TORCH_THREADS)
