@@ -73,6 +73,11 @@ def shared_executor(function):
     return sync_to_async(run, thread_sensitive=False)
 
 
+def own_reply(user, message_id: int):
+    """The user's assistant message `message_id`, as a query (empty when it is not theirs)."""
+    return Message.objects.filter(pk=message_id, conversation__owner=user, role="assistant")
+
+
 @shared_executor
 def reader_of(request: HttpRequest, message_id: int) -> tuple[object, int | None]:
     """The signed-in user and the conversation of their reply `message_id` (None when there is
@@ -80,21 +85,13 @@ def reader_of(request: HttpRequest, message_id: int) -> tuple[object, int | None
     user = get_user(request)
     if not user.is_authenticated:
         return user, None
-    conversation_id = (
-        Message.objects.filter(pk=message_id, conversation__owner=user, role="assistant")
-        .values_list("conversation_id", flat=True)
-        .first()
-    )
-    return user, conversation_id
+    conversations = own_reply(user, message_id).values_list("conversation_id", flat=True)
+    return user, conversations.first()
 
 
 @shared_executor
 def load(user, message_id: int) -> dict:
-    message = (
-        Message.objects.filter(pk=message_id, conversation__owner=user, role="assistant")
-        .prefetch_related("parts")
-        .first()
-    )
+    message = own_reply(user, message_id).prefetch_related("parts").first()
     if message is None:
         raise Http404("No such message.")
     return message_payload(message)
