@@ -7,22 +7,23 @@ length mask and never gathers. Capacity (tokens per slot) and the allocated slot
 by doubling, so copies are rare and amortised, and shrink back when use falls to a quarter.
 
 Capacity is one number for every slot, so one long prompt grows all of them: at 2,048
-positions the storage is 1.5 GB in bf16 (SmolLM2, 32 slots). Allocated and zeroed inside
-the step that needed it, each doubling stalled every decoder (1.1, 3.7 and 2.9 s under load
-while a 2,000-token prompt prefilled next to 31 decoders: the whole ITL p99). So a sequence
-admitted with a long prompt `reserve`s its length: the storage is allocated and zeroed on a
-background thread (torch drops the GIL while it fills) while the prompt's first chunks run,
-and the doubling that reaches it only copies each slot's used rows into it.
+positions the storage is 1.5 GB in bf16 (SmolLM2, 32 slots). Zero-filled up front
+(`torch.zeros`), each doubling stalled every decoder: 1.1, 3.7 and 2.9 s under load inside
+the step, and still 150-215 ms steps for seconds when the fill ran on a thread of its own (it
+took a core from the engine's two, 1.9 s for 1.5 GB). On the CPU the storage is therefore
+fresh anonymous memory: the kernel hands out zero pages as they are first touched, so
+growing costs the copy of each slot's used rows, not a fill of the whole tensor, and the
+memory in use follows the positions written. A sequence admitted with a long prompt
+`reserve`s its whole length, one growth instead of a doubling per chunk.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+import math
+import mmap
 from dataclasses import dataclass
 
 import torch
-
-from inference.engine.openmp import release_thread_pool
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,6 @@ class KVCache:
         self._min_slots = min(4, max_slots)
         self.lengths: list[int] = []
         self.storage = self._allocate(self._min_slots, self._min_capacity)
-        self._spare: tuple[int, int, Future[torch.Tensor]] | None = None
-        self._allocator: ThreadPoolExecutor | None = None
 
     @property
     def num_used(self) -> int:
@@ -87,7 +86,7 @@ class KVCache:
 
     @property
     def allocated_bytes(self) -> int:
-        """Memory the storage tensor takes now."""
+        """Bytes the storage spans (on the CPU, pages never written take no memory)."""
         return self.storage.numel() * self.storage.element_size()
 
     @property
@@ -119,27 +118,14 @@ class KVCache:
         if length > self.capacity:
             capacity = min(self.max_seq_len, max(2 * self.capacity, _pow2_at_least(length)))
             self._resize(self.allocated_slots, capacity)
-        elif 4 * length > 3 * self.capacity:  # decoders near the end: the next doubling
-            self.reserve(self.capacity + 1)
         self.lengths[slot] = length
 
     def reserve(self, length: int) -> None:
-        """Start allocating, in the background, the storage a slot reaching `length` needs.
-
-        Nothing to do when the capacity already holds it or a spare that does is on its way.
-        `extend` reserves the next doubling itself once a slot is three quarters full.
-        """
+        """Grow now to hold a slot of `length` positions (a long prompt's whole length), so its
+        chunks do not double the storage, and copy every slot's rows, once per doubling."""
         capacity = min(self.max_seq_len, _pow2_at_least(length))
-        if capacity <= self.capacity:
-            return
-        spare = self._spare
-        if spare is not None and spare[0] == self.allocated_slots and spare[1] >= capacity:
-            return
-        if self._allocator is None:
-            self._allocator = ThreadPoolExecutor(1, thread_name_prefix="tandem-kv")
-        slots = self.allocated_slots
-        future = self._allocator.submit(self._allocate_apart, slots, capacity)
-        self._spare = (slots, capacity, future)
+        if capacity > self.capacity:
+            self._resize(self.allocated_slots, capacity)
 
     def free(self, slot: int) -> int | None:
         """Release a slot at once. Returns the old index of the slot moved into the hole.
@@ -161,7 +147,6 @@ class KVCache:
     def reset(self) -> None:
         """Free every slot at once (recovery after a fault)."""
         self.lengths.clear()
-        self._spare = None
         self._maybe_shrink()
 
     def _maybe_shrink(self) -> None:
@@ -175,29 +160,29 @@ class KVCache:
         if (slots, capacity) != (self.allocated_slots, self.capacity):
             self._resize(slots, capacity)
 
-    def _allocate_apart(self, slots: int, capacity: int) -> torch.Tensor:
-        """`_allocate` on the background thread, which then lets go of the OpenMP workers the
-        zero fill started: kept, they would halve the engine thread's kernels (openmp.py)."""
-        try:
-            return self._allocate(slots, capacity)
-        finally:
-            release_thread_pool()
-
     def _allocate(self, slots: int, capacity: int) -> torch.Tensor:
         # Zeros, not empty: masked positions still meet V in a matmul, and 0 * NaN is NaN.
         spec = self.spec
         shape = (spec.num_layers, 2, slots, spec.num_kv_heads, capacity, spec.head_dim)
-        return torch.zeros(shape, dtype=spec.dtype, device=spec.device)
+        if spec.device.type != "cpu":
+            return torch.zeros(shape, dtype=spec.dtype, device=spec.device)
+        return zero_pages(shape, spec.dtype)
 
     def _resize(self, slots: int, capacity: int) -> None:
-        """Move to storage of `slots` x `capacity` (or the reserved spare, when it is at least
-        that big), copying each slot's used rows."""
-        spare, self._spare = self._spare, None
-        if spare is not None and spare[0] == slots and spare[1] >= capacity > self.capacity:
-            storage = spare[2].result()
-        else:
-            storage = self._allocate(slots, capacity)
+        """Move to storage of `slots` x `capacity`, copying each slot's used rows."""
+        storage = self._allocate(slots, capacity)
         old = self.storage
         for slot, length in enumerate(self.lengths):
             storage[:, :, slot, :, :length] = old[:, :, slot, :, :length]
         self.storage = storage
+
+
+def zero_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zero tensor on fresh anonymous memory, nothing filled: pages are zero when first
+    touched and only those take memory. Small pages (MADV_NOHUGEPAGE): a 2 MB huge page
+    would be zeroed whole by the first write to any of its positions."""
+    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    memory = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        memory.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(memory, dtype=torch.uint8, count=size).view(dtype).view(shape)

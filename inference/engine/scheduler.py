@@ -160,7 +160,7 @@ class Scheduler:
         """Add the next prompt chunk of `seq` (at most `budget` tokens); return its size."""
         start = seq.num_computed
         end = min(len(seq.prompt_ids), start + budget)
-        self.cache.reserve(len(seq.prompt_ids))  # the whole prompt's rows, in the background
+        self.cache.reserve(len(seq.prompt_ids))  # the whole prompt's rows, one growth
         self.cache.extend(seq.slot, end)
         seq.num_computed = end
         needs_logits = end == len(seq.prompt_ids)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from transformers.generation.logits_process import (
 
 from inference.engine import InvalidRequest, SamplingParams
 from inference.engine.detokenizer import IncrementalDetokenizer, special_token_ids
-from inference.engine.kv_cache import KVCache, KVSpec
+from inference.engine.kv_cache import KVCache, KVSpec, zero_pages
 from inference.engine.sampling import NUCLEUS_CANDIDATES, RequestSampler, nucleus
 from inference.engine.stop import StopMatcher
 
@@ -129,21 +130,44 @@ def test_kv_cache_grows_by_doubling_keeps_data_and_shrinks_back() -> None:
     assert cache.max_tokens == 8 * 64
 
 
-def test_kv_cache_grows_into_the_storage_reserved_for_a_long_prompt() -> None:
+def test_kv_cache_grows_once_to_a_long_prompt_s_reserved_length() -> None:
     cache = make_cache(max_slots=4, max_seq_len=64, initial=4)
     slots = [cache.allocate() for _ in range(3)]
     for slot in slots:
         cache.extend(slot, 3)
         fill(cache, slot, float(slot + 1))
-    cache.reserve(40)  # a 40-token prompt admitted: 64 positions, made in the background
-    assert cache.capacity == 4
-    cache.extend(0, 5)  # its first doubling takes the reserved storage, not 8 positions
+    cache.reserve(40)  # a 40-token prompt admitted: 64 positions at once, not 8, 16, 32, 64
     assert cache.capacity == 64
     for slot in slots:
         assert torch.all(cache.storage[:, :, slot, :, :3] == float(slot + 1))
-    assert torch.all(cache.storage[:, :, 1:, :, 3:] == 0.0)
+    assert torch.all(cache.storage[:, :, :, :, 3:] == 0.0)
+    storage = cache.storage
     cache.extend(0, 40)
-    assert cache.capacity == 64
+    assert cache.storage is storage
+
+
+def test_kv_cache_storage_is_zero_without_being_filled() -> None:
+    """Fresh pages: zeros where nothing was written, and no fill pass over the tensor."""
+    cache = make_cache(max_slots=4, max_seq_len=64, initial=4)
+    slot = cache.allocate()
+    cache.extend(slot, 3)
+    fill(cache, slot, 2.0)
+    cache.reserve(64)
+    assert torch.all(cache.storage[:, :, slot, :, :3] == 2.0)
+    assert torch.all(cache.storage[:, :, slot, :, 3:] == 0.0)
+    assert torch.all(cache.storage[:, :, 1:] == 0.0)
+    before = _resident_mib()
+    pages = zero_pages((1024, 1024, 512), torch.bfloat16)  # 1 GiB
+    pages[5, 5] = 1.0
+    assert pages.shape == (1024, 1024, 512) and pages.dtype == torch.bfloat16
+    assert float(pages[1023].abs().sum()) == 0.0
+    assert _resident_mib() - before < 64  # one page written, one row read: not 1 GiB filled
+
+
+def _resident_mib() -> float:
+    """This process's resident memory (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def test_kv_cache_refuses_more_slots_than_configured() -> None:
