@@ -19,9 +19,11 @@ through Django's response as before.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator
 
 import redis
@@ -102,6 +104,8 @@ def release_request_thread() -> None:
     later thread-sensitive call of this request (the response's close) gets a new one, which
     the handler shuts down at the end as usual."""
     context = SyncToAsync.thread_sensitive_context.get(None)
+    if context is None:  # not under Django's handler: no executor of the request's own
+        return
     executor = SyncToAsync.context_to_thread_executor.pop(context, None)
     if executor is not None:
         executor.shutdown(wait=False)
@@ -140,7 +144,18 @@ async def events(request: HttpRequest, message_id: int) -> HttpResponse:
     except BaseException:
         reader.close()
         raise
-    return sse_response(stream(request, reader, payload, message_id))
+    events_of = stream(request, reader, payload, message_id)
+    # A client gone before Django iterates the stream leaves a generator that never starts,
+    # so its `finally` never runs: the reader goes with the generator instead.
+    weakref.finalize(events_of, close_on, asyncio.get_running_loop(), reader).atexit = False
+    return sse_response(events_of)
+
+
+def close_on(loop: asyncio.AbstractEventLoop, reader: fanout.Reader) -> None:
+    """Close `reader` on its event loop, from whatever thread drops the last reference to its
+    stream; a no-op for a reader its stream already closed."""
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(reader.close)
 
 
 async def opening(payload: dict, message_id: int, resume_from: int | None) -> AsyncIterator[bytes]:
