@@ -6,6 +6,9 @@ Everything here imports torch, so only the web process imports it (config/asgi.p
 
 from __future__ import annotations
 
+import gc
+import threading
+
 import torch
 from django.conf import settings
 
@@ -27,28 +30,50 @@ def engine_config() -> EngineConfig:
     )
 
 
-def load_source() -> tuple[loading.LoadedModel, ModelRunner | None]:
-    """The model, or (TANDEM_ENGINE_SOURCE=synthetic, benchmarks only) a paced stand-in."""
+def load_source() -> tuple[loading.LoadedModel, ModelRunner | None, threading.Thread | None]:
+    """The model, or (TANDEM_ENGINE_SOURCE=synthetic, benchmarks only) a paced stand-in, and
+    the thread building its compiled step (None: no compiled step)."""
     if settings.TANDEM_ENGINE_SOURCE == "synthetic":
         # Its logits only name a token: one thread does that, and leaves the other cores to
         # the server it stands in for.
         torch.set_num_threads(settings.TANDEM_TORCH_THREADS or 1)
-        return synthetic.load(settings.TANDEM_MODEL, settings.TANDEM_SYNTHETIC_TOKENS_PER_S)
+        return *synthetic.load(settings.TANDEM_MODEL, settings.TANDEM_SYNTHETIC_TOKENS_PER_S), None
     if settings.TANDEM_TORCH_THREADS:
         torch.set_num_threads(settings.TANDEM_TORCH_THREADS)
     loaded = loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE)
     runner = build_runner(loaded.model, settings.TANDEM_WEIGHTS, loaded.gguf)
     loaded.weights = runner.weights
+    compiling = None
     if settings.TANDEM_COMPILE:
-        runner.compile_decode(settings.TANDEM_COMPILE_BUCKETS)
-    return loaded, runner
+        compiling = runner.compile_decode(settings.TANDEM_COMPILE_BUCKETS)
+    return loaded, runner, compiling
 
 
 def start_engine() -> tuple[loading.LoadedModel, Engine]:
-    """Load the source and start an engine over it that feeds Prometheus and `recent_stats`."""
-    loaded, runner = load_source()
+    """Load the source and start an engine over it that feeds Prometheus and `recent_stats`;
+    then put what start-up made out of the garbage collector's sight."""
+    loaded, runner, compiling = load_source()
     observer = ObserverChain(PrometheusObserver(), recent_stats)
     engine = Engine(
         loaded.model, loaded.tokenizer, engine_config(), observer=observer, runner=runner
     ).start()
+    freeze_heap()
+    if compiling is not None:
+        threading.Thread(
+            target=lambda: (compiling.join(), freeze_heap()), name="tandem-freeze", daemon=True
+        ).start()
     return loaded, engine
+
+
+def freeze_heap() -> None:
+    """Move every object alive now (torch, transformers, the model and its tokenizer, Django,
+    a compiled step's graphs) to the collector's permanent generation.
+
+    A full collection walks every tracked object with the GIL held: in a web process with
+    the engine loaded it took 300-400 ms at a thousand readers (docs/benchmarks.md), a stall
+    of every stream and of the engine's steps. What is made later is collected as before;
+    what start-up left as garbage goes first. Objects of requests served while the model
+    loads are frozen with the rest, once.
+    """
+    gc.collect()
+    gc.freeze()
