@@ -121,8 +121,8 @@ class KVCache:
         self.lengths[slot] = length
 
     def reserve(self, length: int) -> None:
-        """Grow now to hold a slot of `length` positions (a long prompt's whole length), so its
-        chunks do not double the storage, and copy every slot's rows, once per doubling."""
+        """Grow now to hold a slot of `length` positions (a long prompt's whole length): one
+        copy of every slot's rows, where its chunks would each have doubled the storage."""
         capacity = min(self.max_seq_len, _pow2_at_least(length))
         if capacity > self.capacity:
             self._resize(self.allocated_slots, capacity)

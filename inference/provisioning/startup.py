@@ -60,14 +60,15 @@ def start_engine() -> tuple[loading.LoadedModel, Engine]:
     freeze_heap()
     if compiling is not None:
         threading.Thread(
-            target=lambda: (compiling.join(), freeze_heap()), name="tandem-freeze", daemon=True
+            target=freeze_heap, args=(compiling,), name="tandem-freeze", daemon=True
         ).start()
     return loaded, engine
 
 
-def freeze_heap() -> None:
+def freeze_heap(after: threading.Thread | None = None) -> None:
     """Move every object alive now (torch, transformers, the model and its tokenizer, Django,
-    a compiled step's graphs) to the collector's permanent generation.
+    a compiled step's graphs) to the collector's permanent generation; once `after` has
+    ended, when given (the compiled step's build).
 
     A full collection walks every tracked object with the GIL held: in a web process with
     the engine loaded it took 300-400 ms at a thousand readers (docs/benchmarks.md), a stall
@@ -75,5 +76,7 @@ def freeze_heap() -> None:
     what start-up left as garbage goes first. Objects of requests served while the model
     loads are frozen with the rest, once.
     """
+    if after is not None:
+        after.join()
     gc.collect()
     gc.freeze()

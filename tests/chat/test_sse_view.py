@@ -30,7 +30,7 @@ def signed_in_request(user, path: str):
 
 async def test_a_stream_its_client_left_before_it_started_leaves_no_reader(alice, conversation):
     part = await sync_to_async(streaming_reply)(conversation, "Hello", 2, [" wor"])
-    reply_id = await sync_to_async(lambda: part.message_id)()
+    reply_id = part.message_id
     hub = fanout.hub()
     before = hub.readers
     request = await signed_in_request(alice, f"/m/{reply_id}/events")
@@ -47,7 +47,7 @@ async def test_a_stream_its_client_left_before_it_started_leaves_no_reader(alice
 
 async def test_a_stream_read_to_its_end_leaves_no_reader(alice, conversation):
     part = await sync_to_async(streaming_reply)(conversation, "Hello", 2, [])
-    reply_id = await sync_to_async(lambda: part.message_id)()
+    reply_id = part.message_id
     await sync_to_async(Part.objects.filter(pk=part.pk).update)(state="succeeded")
     hub = fanout.hub()
     before = hub.readers
