@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch._inductor.config as inductor_config
 from torch import nn
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
@@ -37,20 +38,22 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # Rows a graph computes logits for (at most; the rest are padding): every decoder of a full
 # engine (max_running 32) plus nothing else; a step that samples more runs eagerly.
 LOGIT_ROWS = 32
+WARM_TIMINGS = 3
 
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
     """A step's rows as the model sees them, the rows that get logits, and its attention.
 
-    `attend(q, k, v, layer)` writes the rows' K/V into the cache and returns their attention
-    output; the eager pass and the compiled graph call the same one.
+    `attend(q, kv, layer)` writes the rows' K/V (`kv` [rows, 2 * kv_heads * head_dim]: keys,
+    then values) into the cache and returns their attention output; the eager pass and the
+    compiled graph call the same one.
     """
 
     token_ids: list[int]
     positions: list[int]
     logit_rows: list[int]
-    attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
+    attend: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
     device: torch.device
 
 
@@ -58,7 +61,7 @@ class StepPlan:
 class StepContext:
     """What the attention op needs for one compiled step (set only around the graph call)."""
 
-    attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
+    attend: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
     rows: int
 
 
@@ -66,20 +69,18 @@ _step = threading.local()
 
 
 @torch.library.custom_op("tandem::decode_attention", mutates_args=())
-def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+def decode_attention(q: torch.Tensor, kv: torch.Tensor, layer: int) -> torch.Tensor:
     """Write the real rows' K/V into the cache and attend; padded rows come back as zeros."""
     context: StepContext = _step.context
     rows = context.rows
-    out = context.attend(q[:rows], k[:rows], v[:rows], layer)
+    out = context.attend(q[:rows], kv[:rows], layer)
     if rows == q.shape[0]:
         return out
     return torch.cat([out, out.new_zeros(q.shape[0] - rows, out.shape[1])])
 
 
 @decode_attention.register_fake
-def _decode_attention_shape(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int
-) -> torch.Tensor:
+def _decode_attention_shape(q: torch.Tensor, kv: torch.Tensor, layer: int) -> torch.Tensor:
     return q.new_empty(q.shape)
 
 
@@ -87,13 +88,15 @@ class _Linear(nn.Module):
     """A projection with its weights registered, so freezing folds them into the graph.
 
     The kernel is fixed when the graph is traced (the bucket's row count is static): the
-    weight-only one (int4 or int8) for buckets up to the projection's `max_rows`, the dense
-    packing above.
+    weight-only one (int4 or int8) for buckets up to `compiled_max_rows` (the projection's
+    eager `max_rows` unless CompiledDecode raises it for inductor's templates), the dense
+    packing above; eager calls switch at `max_rows`, the crossover of ATen's kernels.
     """
 
     def __init__(self, projection: Projection) -> None:
         super().__init__()
         self.max_rows = projection.max_rows
+        self.compiled_max_rows = projection.max_rows
         self.weight = nn.Parameter(projection.dense, requires_grad=False)
         self.bias = None if projection.bias is None else nn.Parameter(projection.bias, False)
         self.kind = projection.small[0] if projection.small is not None else "dense"
@@ -103,7 +106,8 @@ class _Linear(nn.Module):
             self.register_buffer("scales", scales, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] <= self.max_rows:
+        limit = self.compiled_max_rows if torch.compiler.is_compiling() else self.max_rows
+        if x.shape[0] <= limit:
             return small_kernel(x, self.kind, (self.packed, self.scales), self.bias)
         return nn.functional.linear(x, self.weight, self.bias)
 
@@ -150,13 +154,24 @@ class DecodeModel(nn.Module):
             q = q.view(rows, self.num_heads, self.head_dim)
             k = k.view(rows, self.num_kv_heads, self.head_dim)
             q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
-            attended = torch.ops.tandem.decode_attention(
-                q.reshape(rows, -1), k.reshape(rows, -1), v.contiguous(), index
-            )
+            kv = torch.cat([k.reshape(rows, -1), v], dim=-1)
+            attended = torch.ops.tandem.decode_attention(q.reshape(rows, -1), kv, index)
             hidden = hidden + lin["o"](attended)
             gate, up = lin["gate_up"](layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
             hidden = hidden + lin["down"](layer.mlp.act_fn(gate) * up)
         return self.lm_head(inner.norm(hidden[pick])).float()
+
+
+def gemm_templates(device: torch.device) -> bool:
+    """Whether the graphs multiply by the weight-only packing (int8, int4) at every bucket,
+    on inductor's C++ GEMM template: on a CPU with AMX tiles, where its micro-kernel
+    dequantizes a tile in registers and multiplies it on AMX. ATen's weight-only kernels
+    lose to the dense bf16 GEMM from a few rows on; the template wins at every bucket
+    (2-core Xeon with AMX, whole int8 step, 31 decoders at history 64 plus a prompt chunk:
+    1 row 17.9 ms against 25.1 on ATen's kernels, 32 rows 33.5 against 47.3 on dense bf16,
+    64 rows 56.8 against 90.8, 512 rows 251 against 312). Elsewhere (a GPU, a CPU without
+    AMX, where the template was not measured) the eager crossover stands."""
+    return device.type == "cpu" and torch.cpu._is_amx_tile_supported()
 
 
 def run_stack(
@@ -186,13 +201,22 @@ def run_stack(
     return logits[: len(step.logit_rows)]
 
 
+def _seconds(run: Callable[[StepPlan], torch.Tensor], step: StepPlan) -> float:
+    started = time.perf_counter()
+    run(step)
+    return time.perf_counter() - started
+
+
 class CompiledDecode:
     """Compiled decode graphs by bucket; `run` pads a decode-only step to its bucket."""
 
     def __init__(self, runner: object, buckets: tuple[int, ...] = BUCKETS) -> None:
-        import torch._inductor.config as inductor_config
-
+        """Build it on the thread that warms it: inductor's config is per thread."""
         inductor_config.freezing = True
+        self.templates = gemm_templates(runner.kv_spec.device)
+        for module in runner.stack.modules():
+            if self.templates and isinstance(module, _Linear) and module.kind != "dense":
+                module.compiled_max_rows = buckets[-1]
         torch._dynamo.config.cache_size_limit = max(
             torch._dynamo.config.cache_size_limit, 2 * len(buckets)
         )
@@ -224,11 +248,16 @@ class CompiledDecode:
     def warm(self, plan: Callable[[StepBatch, KVCache], StepPlan]) -> None:
         """Compile and run every bucket on a scratch cache of its own, timing each: the
         compile (`warm_seconds`) and then one step of the compiled graph (`step_seconds`,
-        which seed the prefill pacer).
+        which seed the prefill pacer: the fastest of WARM_TIMINGS runs, as the first runs
+        after a build still fault in its constants, 2-3x a steady step).
 
         A bucket up to LOGIT_ROWS is warmed with that many decode rows; a larger one with
-        LOGIT_ROWS decode rows and a prompt chunk filling the rest.
+        LOGIT_ROWS decode rows and a prompt chunk filling the rest. With `templates`,
+        max_autotune times each matmul shape on inductor's C++ GEMM template and on ATen's
+        kernel as the graph is built (~3 s a shape, cached on disk) and keeps the faster.
         """
+        inductor_config.max_autotune = self.templates
+        inductor_config.max_autotune_gemm_backends = "CPP,ATEN"
         cache = KVCache(self.runner.kv_spec, LOGIT_ROWS + 1, self.max_rows)
         for size in self.buckets:
             started = time.perf_counter()
@@ -250,8 +279,6 @@ class CompiledDecode:
             step = plan(batch, cache)
             self.run(step)
             self.warm_seconds[size] = round(time.perf_counter() - started, 1)
-            started = time.perf_counter()
-            self.run(step)
-            self.step_seconds[size] = time.perf_counter() - started
+            self.step_seconds[size] = min(_seconds(self.run, step) for _ in range(WARM_TIMINGS))
             cache.reset()
             log.info("compiled step: bucket %d ready in %.1f s", size, self.warm_seconds[size])

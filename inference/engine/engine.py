@@ -260,10 +260,12 @@ class Engine:
         self._seed_pacer()
         decoders = self.scheduler.decoders()
         with self._lock:
-            batch = self.scheduler.schedule_alone(self.pacer.alone_tokens(decoders))
+            starting = self.scheduler.starting()
+            batch = self.scheduler.schedule_alone(self.pacer.alone_tokens(decoders, starting))
             if batch is None:
-                tokens = self.pacer.budget(decoders)
-                batch = self.scheduler.schedule(tokens, self.pacer.keys(decoders, tokens))
+                tokens = self.pacer.budget(decoders, starting)
+                keys = self.pacer.keys(decoders, tokens, starting)
+                batch = self.scheduler.schedule(tokens, keys)
         for seq in batch.admitted if batch is not None else ():
             self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
         return batch

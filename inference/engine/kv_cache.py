@@ -94,6 +94,10 @@ class KVCache:
         """Tokens the cache may grow to hold (max slots x max sequence length)."""
         return self.max_slots * self.max_seq_len
 
+    def layer(self, layer: int) -> torch.Tensor:
+        """Layer's keys and values [2, slots, kv_heads, capacity, head_dim] (a view)."""
+        return self.storage[layer]
+
     def keys(self, layer: int) -> torch.Tensor:
         """Layer's keys [slots, kv_heads, capacity, head_dim] (a view)."""
         return self.storage[layer, 0]

@@ -80,6 +80,11 @@ class Scheduler:
         """Running sequences past their prompt: each feeds one token next step."""
         return sum(1 for s in self.running if not s.prefilling)
 
+    def starting(self) -> int:
+        """Requests the next step could feed prompt tokens: those still prefilling, and the
+        waiting ones the free slots can take (callers hold the engine's lock)."""
+        return sum(1 for s in self.running if s.prefilling) + len(self._newcomers())
+
     def schedule(
         self, prefill_budget: int | None = None, prefill_keys: int | None = None
     ) -> StepBatch | None:

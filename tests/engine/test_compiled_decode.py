@@ -10,9 +10,13 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from inference.engine import SamplingParams
+from inference.engine.batch import PrefillChunk, StepBatch
+from inference.engine.compiled_decode import _Linear, gemm_templates
+from inference.engine.kv_cache import KVCache
 from inference.engine.model_runner import LlamaRunner
 from inference.engine.weights.choice import build_runner
 from tests.engine.helpers import WAIT, alone_and_together, hf_greedy, sharpen, tiny_config
+from tests.engine.test_engine_int8 import ALWAYS_INT8, tiny_bf16
 from tests.engine.test_engine_q4 import tiny_q4
 
 BUCKETS = (1, 2, 4)
@@ -82,6 +86,35 @@ def test_q4_compiles_on_the_int4_kernel(tmp_path, tokenizer, make_engine):
     assert runner.compile_state == "ready", runner.compile_state
     engine = make_engine(model, tokenizer, runner=runner, max_running=2)
     assert engine.generate_batch(request, WAIT)[0].token_ids == expected
+
+
+@pytest.mark.skipif(
+    not gemm_templates(torch.device("cpu")), reason="no AMX here: graphs keep the eager crossover"
+)
+def test_on_amx_the_graphs_multiply_by_the_int8_weights_at_every_bucket():
+    """Eager steps stay on the dense packing (crossover 0 rows), but the graphs run the int8
+    packing on inductor's template. The dense packing is zeroed to tell them apart: a
+    compiled step's logits are the eager int8 kernel's, an eager one's are not."""
+    model = tiny_bf16()
+    reference = build_runner(model, "int8", None, max_rows=ALWAYS_INT8)
+    runner = build_runner(model, "int8", None, max_rows=0)
+    linears = [m for m in runner.stack.modules() if isinstance(m, _Linear) and m.kind == "int8"]
+    for linear in linears:
+        linear.weight.data.zero_()
+    runner.compile_decode((1, 2, 4, 8)).join()
+    assert runner.compile_state == "ready", runner.compile_state
+    assert {(m.max_rows, m.compiled_max_rows) for m in linears} == {(0, 8)}
+    batch = StepBatch(chunks=[PrefillChunk(0, 0, [5, 600, 7000, 31, 2], needs_logits=True)])
+    with torch.inference_mode():
+        expected = reference.forward(batch, KVCache(reference.kv_spec, 1, 64))
+        compiled = runner.forward(batch, KVCache(runner.kv_spec, 1, 64))
+        runner.compiled = None
+        eager = runner.forward(batch, KVCache(runner.kv_spec, 1, 64))
+    def off(logits: torch.Tensor) -> float:
+        return float((logits - expected).norm() / expected.norm())
+
+    assert off(compiled) < 0.02
+    assert off(eager) > 0.5
 
 
 def test_a_compiler_failure_leaves_the_engine_eager(monkeypatch, caplog, tokenizer, make_engine):

@@ -338,3 +338,30 @@ def test_a_fault_outside_the_model_call_is_recovered(
     assert final.finish_reason is FinishReason.ERROR and "scheduler bug" in final.error
     assert (engine.stats().kv_slots_used, engine.stats().kv_tokens_used) == (0, 0)
     assert len(generate_one(engine, PROMPT, params).token_ids) == 5
+
+
+class StepLog(EngineObserver):
+    """Prompt tokens fed by each step, in order."""
+
+    def __init__(self) -> None:
+        self.prefill: list[int] = []
+
+    def on_step(
+        self, batch_size: int, num_tokens: int, prefill_tokens: int, seconds: float
+    ) -> None:
+        self.prefill.append(prefill_tokens)
+
+
+def test_a_burst_of_prompts_is_prefilled_in_whole_steps(tokenizer, make_engine) -> None:
+    """Eight prompts at once, 32 tokens a step: the three that got their first token do not
+    hold the five still to feed to the pacer's 8 tokens a step (nothing measured yet), as
+    they would once they outnumber them (pacing.py)."""
+    log = StepLog()
+    runner = ScriptedRunner([300, 301, 302], prompt_len=len(PROMPT))
+    engine = make_engine(
+        None, tokenizer, runner=runner, observer=log, max_running=8, max_step_tokens=32
+    )
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    results = engine.generate_batch([(None, PROMPT, params)] * 8, WAIT)
+    assert all(len(r.token_ids) == 6 for r in results)
+    assert log.prefill[:3] == [32, 32 - 3, 8], log.prefill

@@ -130,3 +130,20 @@ def test_a_chunk_late_in_a_long_prompt_is_limited_by_the_keys_it_attends() -> No
     assert pacer.keys(0, 512) is None  # nobody decoding: no limit
     pacer.key_seconds = 0.0  # keys that cost nothing measurable
     assert pacer.keys(31, 33) is None
+
+
+def test_a_burst_is_not_paced_while_as_many_start_as_decode() -> None:
+    """15 decoding beside 17 prompts still to feed: prefill takes the whole step, nobody
+    goes alone and no key limit applies; with one prompt among 31 decoders pacing holds."""
+    pacer = PrefillPacer(max_tokens=512, reference_rows=32)
+    pacer.seed({rows: step_seconds(rows) for rows in (1, 2, 4, 8, 16, 32, 64)})
+    pacer.observe(31, 0, 0.040)
+    pacer.key_seconds = 1e-6
+    assert pacer.budget(15, starting=17) == 512
+    assert pacer.keys(15, 512, starting=17) is None
+    assert pacer.alone_tokens(15, starting=17) == 0
+    assert pacer.budget(16, starting=16) == 512
+    assert pacer.budget(31, starting=1) == 33
+    assert pacer.keys(31, 33, starting=1) is not None
+    assert pacer.alone_tokens(31, starting=1) == 32  # 64 alone costs more than 31 decoding
+    assert PrefillPacer(max_tokens=512, multiple=None).budget(31, starting=1) == 512

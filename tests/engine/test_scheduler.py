@@ -95,3 +95,15 @@ def test_chunks_are_cut_to_the_keys_they_may_attend_but_the_first_always_advance
     sched.add([short])
     # The short prompt goes first and attends 900 keys; the long one gets what is left.
     assert chunks(sched.schedule(64, 900 + 10 * 1938)) == {"short": 30, "long": 10}
+
+
+def test_starting_counts_prompts_still_to_feed_that_slots_can_take() -> None:
+    """Prefilling ones, and waiting ones up to the free slots: not those that must queue."""
+    sched = scheduler(max_running=4)
+    first = decoding(sched)
+    sched.add([sequence("long", 2000)])
+    sched.schedule(33)
+    assert sched.decoders() == 1 and sched.starting() == 1
+    sched.add([sequence(name, 10) for name in "abcd"])
+    assert sched.starting() == 1 + 2  # two free slots of four
+    assert first.status is Status.RUNNING
