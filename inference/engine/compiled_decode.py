@@ -39,6 +39,7 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # engine (max_running 32) plus nothing else; a step that samples more runs eagerly.
 LOGIT_ROWS = 32
 WARM_TIMINGS = 3
+RECOMPILE_ROOM = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,8 +218,11 @@ class CompiledDecode:
         for module in runner.stack.modules():
             if self.templates and isinstance(module, _Linear) and module.kind != "dense":
                 module.compiled_max_rows = buckets[-1]
+        # Graphs are cached per code object, DecodeModel.forward's, across every runner of the
+        # process (the tests build several); dynamo's config is per thread, so set it here.
+        # Steady state cannot recompile anyway: steps run under "fail_on_recompile".
         torch._dynamo.config.cache_size_limit = max(
-            torch._dynamo.config.cache_size_limit, 2 * len(buckets)
+            torch._dynamo.config.cache_size_limit, RECOMPILE_ROOM * len(buckets)
         )
         self.runner = runner
         self.buckets = buckets
