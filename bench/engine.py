@@ -45,6 +45,7 @@ from bench.workload import burst, chat_prompts, chat_texts, poisson
 from inference.engine import EngineConfig
 from inference.engine.weights.choice import build_runner
 from inference.provisioning import loading
+from inference.provisioning.startup import freeze_heap
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -259,6 +260,7 @@ def main() -> None:
     if report.TANDEM in args.peers:
         config = EngineConfig(max_running=max(32, *args.streams), max_step_tokens=STEP_TOKENS)
         tandem = TandemPeer(model, tokenizer, config, runner)
+    freeze_heap()  # as the web process does once its engine runs (startup.py)
     warm_up(args, model, tokenizer, tandem)
 
     print("\n== peers ==", flush=True)

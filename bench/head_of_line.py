@@ -24,6 +24,7 @@ from bench.workload import burst, chat_prompts
 from inference.engine import EngineConfig, EngineObserver
 from inference.engine.weights.choice import build_runner
 from inference.provisioning import loading
+from inference.provisioning.startup import freeze_heap
 
 BACKGROUND = 31
 ENDLESS = 1_000_000
@@ -151,6 +152,7 @@ def main() -> None:
         print(f"compiled decode: {runner.compile_state} in {time.perf_counter() - started:.0f} s")
     config = EngineConfig(max_running=32, max_step_tokens=512)
     peer = TandemPeer(loaded.model, loaded.tokenizer, config, runner)
+    freeze_heap()  # as the web process does once its engine runs (startup.py)
     log = StepLog(peer.engine.cache)
     peer.engine.observer = log
     prompts = chat_prompts(loaded.tokenizer, 16)

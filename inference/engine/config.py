@@ -11,6 +11,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 class EngineConfig:
     """Capacity limits. `max_seq_len` None means the model's context window.
 
+    `kv_initial_tokens` is each KV slot's first capacity; None: the whole sequence length on
+    the CPU (fresh zero pages take memory only where written, so no growth copies stall the
+    decoders), 256 on an accelerator (grown by doubling).
+
     `prefill_multiple` bounds a step that feeds prompt tokens next to decoders to that many
     decode steps (pacing.py); None lets prefill take the whole `max_step_tokens`.
     """
@@ -19,12 +23,12 @@ class EngineConfig:
     max_waiting: int = 256
     max_step_tokens: int = 512
     max_seq_len: int | None = None
-    kv_initial_tokens: int = 256
+    kv_initial_tokens: int | None = None
     prefill_multiple: float | None = 1.6
 
     def validate(self) -> None:
         """Reject settings under which the loop could not make progress."""
-        if self.max_running < 1 or self.max_waiting < 1 or self.kv_initial_tokens < 1:
+        if self.max_running < 1 or self.max_waiting < 1 or (self.kv_initial_tokens or 1) < 1:
             raise ValueError("max_running, max_waiting and kv_initial_tokens must be >= 1.")
         if self.max_step_tokens < self.max_running:
             raise ValueError(

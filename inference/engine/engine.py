@@ -35,6 +35,9 @@ from inference.engine.stats import Counters, EngineStats, snapshot
 
 logger = logging.getLogger(__name__)
 
+# A KV slot's first capacity on an accelerator, where storage is real memory from the start.
+GPU_KV_TOKENS = 256
+
 
 class Engine:
     """Continuous-batching inference over one model; all model work on one thread.
@@ -63,9 +66,10 @@ class Engine:
         self.observer = observer or EngineObserver()
         context = runner.context_length
         self.max_seq_len = min(self.config.max_seq_len or context, context)
-        self.cache = KVCache(
-            runner.kv_spec, self.config.max_running, self.max_seq_len, self.config.kv_initial_tokens
-        )
+        initial = self.config.kv_initial_tokens
+        if initial is None:
+            initial = self.max_seq_len if runner.kv_spec.device.type == "cpu" else GPU_KV_TOKENS
+        self.cache = KVCache(runner.kv_spec, self.config.max_running, self.max_seq_len, initial)
         self.scheduler = Scheduler(
             self.cache,
             self.config.max_running,

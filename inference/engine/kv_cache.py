@@ -4,7 +4,8 @@ Layout [layers, 2 (K, V), slots, kv_heads, capacity, head_dim]. A running sequen
 slot; occupied slots are kept compacted in 0..n-1 (when a sequence leaves, the last slot's
 rows move into the hole, once), so decode attention reads the view K[:n, :, :L] with a
 length mask and never gathers. Capacity (tokens per slot) and the allocated slot count grow
-by doubling, so copies are rare and amortised, and shrink back when use falls to a quarter.
+by doubling, so copies are rare and amortised, and shrink back when use falls to a quarter
+(on the CPU, once the cache is empty: see `_maybe_shrink`).
 
 Capacity is one number for every slot, so one long prompt grows all of them: at 2,048
 positions the storage is 1.5 GB in bf16 (SmolLM2, 32 slots). Zero-filled up front
@@ -24,6 +25,8 @@ import mmap
 from dataclasses import dataclass
 
 import torch
+
+from inference.engine.page_ahead import PageAhead
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class KVCache:
         self._min_capacity = min(initial_capacity, max_seq_len)
         self._min_slots = min(4, max_slots)
         self.lengths: list[int] = []
+        self.pages = PageAhead() if spec.device.type == "cpu" else None
         self.storage = self._allocate(self._min_slots, self._min_capacity)
 
     @property
@@ -106,6 +110,12 @@ class KVCache:
         """Layer's values [slots, kv_heads, capacity, head_dim] (a view)."""
         return self.storage[layer, 1]
 
+    def fault_ahead(self) -> None:
+        """Once a step: fault in the next pages of the slot nearest its populated end
+        (`page_ahead.py`; CPU storage only)."""
+        if self.pages is not None:
+            self.pages.step(self.storage, self.lengths)
+
     def allocate(self) -> int:
         """Take the next free slot, with no tokens yet."""
         if self.num_used >= self.max_slots:
@@ -154,7 +164,15 @@ class KVCache:
         self._maybe_shrink()
 
     def _maybe_shrink(self) -> None:
-        """Give memory back once use falls to a quarter of either dimension (hysteresis)."""
+        """Give memory back once use falls to a quarter of either dimension (hysteresis).
+
+        On the CPU only once the cache is empty: positions never written in fresh zero pages
+        take no memory, while a shrink copies every used row into new pages on the engine
+        thread. When a 2,000-token prompt left 31 decoders at ~130 positions, that copy made
+        one step 503 ms against their 90 (docs/benchmarks.md): every decoder's token waited.
+        """
+        if self.spec.device.type == "cpu" and self.lengths:
+            return
         longest = max(self.lengths, default=0)
         slots, capacity = self.allocated_slots, self.capacity
         if 4 * self.num_used <= slots and slots > self._min_slots:
@@ -168,8 +186,9 @@ class KVCache:
         # Zeros, not empty: masked positions still meet V in a matmul, and 0 * NaN is NaN.
         spec = self.spec
         shape = (spec.num_layers, 2, slots, spec.num_kv_heads, capacity, spec.head_dim)
-        if spec.device.type != "cpu":
+        if self.pages is None:
             return torch.zeros(shape, dtype=spec.dtype, device=spec.device)
+        self.pages.reset(self.lengths, slots)
         return zero_pages(shape, spec.dtype)
 
     def _resize(self, slots: int, capacity: int) -> None:

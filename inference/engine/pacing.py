@@ -106,15 +106,18 @@ class PrefillPacer:
         flight and then a step costing 1.6 decode steps (two, if it does not fit the bucket
         left): 3.4x its time to first token on an idle engine. Alone, it waits for the step
         in flight and then a step of its own rows. The decoders pay that step once: allowed
-        while it costs at most the reference decode step (their gap stays within two), in
-        the largest prefill-only bucket measured (or seeded) within that.
+        while it costs at most `multiple` reference decode steps (a mixed step may cost as
+        much, and the split prompt took two of them), in the largest prefill-only bucket
+        measured (or seeded) within that. Bounded by one decode step instead, a 37-token
+        prompt's 64-row step (int8 on the AMX template, about a 32-row decode step's cost)
+        rarely qualified: it went in two mixed steps, 3.5x its idle time to first token.
         """
         if not self.paced(decoders, starting):
             return 0
         reference = self.decoders_cost(_bucket(max(decoders, self.reference_rows)))
         if reference is None:
             return 0
-        fits = [rows for rows, cost in self.alone.items() if cost <= reference]
+        fits = [rows for rows, cost in self.alone.items() if cost <= self.multiple * reference]
         return min(self.max_tokens, max(fits, default=0))
 
     def decoders_cost(self, bucket: int) -> float | None:

@@ -126,6 +126,7 @@ class Scheduler:
             budget -= planned
             if prefill_keys is not None:
                 prefill_keys -= planned * seq.num_computed
+        self.cache.fault_ahead()
         return batch if batch.sequences else None
 
     def schedule_alone(self, max_tokens: int) -> StepBatch | None:

@@ -110,6 +110,7 @@ def test_on_amx_the_graphs_multiply_by_the_int8_weights_at_every_bucket():
         compiled = runner.forward(batch, KVCache(runner.kv_spec, 1, 64))
         runner.compiled = None
         eager = runner.forward(batch, KVCache(runner.kv_spec, 1, 64))
+
     def off(logits: torch.Tensor) -> float:
         return float((logits - expected).norm() / expected.norm())
 

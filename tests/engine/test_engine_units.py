@@ -17,6 +17,7 @@ from transformers.generation.logits_process import (
 from inference.engine import InvalidRequest, SamplingParams
 from inference.engine.detokenizer import IncrementalDetokenizer, special_token_ids
 from inference.engine.kv_cache import KVCache, KVSpec, zero_pages
+from inference.engine.page_ahead import MARGIN, WINDOW
 from inference.engine.sampling import NUCLEUS_CANDIDATES, RequestSampler, nucleus
 from inference.engine.stop import StopMatcher
 
@@ -130,6 +131,25 @@ def test_kv_cache_grows_by_doubling_keeps_data_and_shrinks_back() -> None:
     assert cache.max_tokens == 8 * 64
 
 
+def test_kv_cache_on_the_cpu_keeps_its_storage_until_empty() -> None:
+    """A long sequence leaving the CPU cache moves no other row (fresh pages cost nothing
+    unwritten); the storage shrinks once the last sequence has left."""
+    cache = make_cache(max_slots=4, max_seq_len=64, initial=4)
+    slots = [cache.allocate() for _ in range(3)]
+    for slot in slots:
+        cache.extend(slot, 2)
+        fill(cache, slot, float(slot + 1))
+    cache.reserve(60)
+    cache.extend(slots[-1], 60)
+    storage = cache.storage
+    cache.free(slots[-1])
+    assert cache.storage is storage and cache.capacity == 64
+    assert torch.all(cache.storage[:, :, 1, :, :2] == 2.0)
+    cache.free(1)
+    cache.free(0)
+    assert (cache.allocated_slots, cache.capacity) == (4, 4)
+
+
 def test_kv_cache_grows_once_to_a_long_prompt_s_reserved_length() -> None:
     cache = make_cache(max_slots=4, max_seq_len=64, initial=4)
     slots = [cache.allocate() for _ in range(3)]
@@ -162,6 +182,36 @@ def test_kv_cache_storage_is_zero_without_being_filled() -> None:
     assert pages.shape == (1024, 1024, 512) and pages.dtype == torch.bfloat16
     assert float(pages[1023].abs().sum()) == 0.0
     assert _resident_mib() - before < 64  # one page written, one row read: not 1 GiB filled
+
+
+def test_kv_pages_are_faulted_in_ahead_of_the_writes_one_slot_a_step() -> None:
+    """Each step tops up the slot nearest its populated end: its next WINDOW positions
+    become resident (every layer, K and V, head) and what it holds is unchanged."""
+    spec = KVSpec(30, 3, 64, torch.bfloat16, torch.device("cpu"))
+    cache = KVCache(spec, 2, 2048, 2048)
+    for value in (1.0, 2.0):
+        slot = cache.allocate()
+        cache.extend(slot, 10)
+        cache.storage[:, :, slot, :, :10] = value
+    if not cache.pages.enabled:
+        pytest.skip("madvise(MADV_POPULATE_WRITE) is refused here")
+    before = _resident_mib()
+    cache.fault_ahead()
+    grown = _resident_mib() - before
+    rows = 30 * 2 * 3  # one slot's rows
+    assert cache.pages.populated[:2] == [10 + WINDOW, 0]
+    assert grown >= 0.9 * rows * WINDOW * 64 * 2 / 2**20  # ~2.8 MiB of pages now in
+    cache.fault_ahead()
+    assert cache.pages.populated[:2] == [10 + WINDOW, 10 + WINDOW]
+    cache.extend(0, 10 + WINDOW - MARGIN)
+    cache.fault_ahead()
+    assert cache.pages.populated[0] == 10 + WINDOW  # still MARGIN ahead: nothing to do
+    cache.extend(0, 11 + WINDOW - MARGIN)
+    cache.fault_ahead()
+    assert cache.pages.populated[0] == 11 + 2 * WINDOW - MARGIN
+    assert torch.all(cache.storage[:, :, 0, :, :10] == 1.0)
+    assert torch.all(cache.storage[:, :, 1, :, :10] == 2.0)
+    assert torch.all(cache.storage[:, :, :, :, 11 + WINDOW - MARGIN :] == 0.0)
 
 
 def _resident_mib() -> float:

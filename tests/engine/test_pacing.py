@@ -92,7 +92,7 @@ def test_few_decoders_may_slow_to_a_full_engines_step() -> None:
     assert pacer.budget(31) == 33  # a full engine is paced as before
 
 
-def test_a_short_prompt_may_go_alone_when_its_step_costs_at_most_a_decode_step() -> None:
+def test_a_short_prompt_may_go_alone_when_its_step_costs_at_most_the_multiple() -> None:
     pacer = PrefillPacer(max_tokens=512, reference_rows=32)
     assert pacer.alone_tokens(31) == 0  # nothing known
     pacer.observe(31, 0, 0.160)  # the decoders' step
@@ -100,7 +100,10 @@ def test_a_short_prompt_may_go_alone_when_its_step_costs_at_most_a_decode_step()
     pacer.observe(0, 100, 0.300)  # a 100-token prompt alone (bucket 128): dearer
     assert pacer.alone_tokens(31) == 64
     assert pacer.alone_tokens(0) == 0  # nobody decoding: every step is prefill's anyway
-    pacer.observe(31, 0, 0.100)  # the decoders' step got cheaper than the 64-row prompt
+    pacer.observe(31, 0, 0.100)  # the decoders' step got cheaper: 64 rows alone still fit
+    assert pacer.alone_tokens(31) == 64  # 0.150 <= 1.6 x 0.138 (the step's mean, smoothed)
+    for _ in range(10):
+        pacer.observe(31, 0, 0.080)  # ... until 1.6 decode steps are less than it costs
     assert pacer.alone_tokens(31) == 0
 
 
@@ -145,5 +148,5 @@ def test_a_burst_is_not_paced_while_as_many_start_as_decode() -> None:
     assert pacer.budget(16, starting=16) == 512
     assert pacer.budget(31, starting=1) == 33
     assert pacer.keys(31, 33, starting=1) is not None
-    assert pacer.alone_tokens(31, starting=1) == 32  # 64 alone costs more than 31 decoding
+    assert pacer.alone_tokens(31, starting=1) == 64  # 0.055 alone <= 1.6 x 0.040
     assert PrefillPacer(max_tokens=512, multiple=None).budget(31, starting=1) == 512
