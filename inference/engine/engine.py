@@ -28,7 +28,12 @@ from inference.engine.model_runner import ModelRunner, runner_for
 from inference.engine.observer import EngineObserver
 from inference.engine.openmp import release_thread_pool
 from inference.engine.pacing import PrefillPacer
-from inference.engine.sampling import SamplingParams, chosen_logprobs, greedy_tokens
+from inference.engine.sampling import (
+    SamplingParams,
+    chosen_logprobs,
+    greedy_tokens,
+    sample_rows,
+)
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import EventCallback, Request, Sequence, Status, prepare_sequence
 from inference.engine.stats import Counters, EngineStats, snapshot
@@ -294,18 +299,26 @@ class Engine:
 
     def _sample(self, batch: StepBatch, logits: torch.Tensor) -> dict[int, int] | None:
         """A token per row, keyed by row; a row whose sampler fails fails its request alone."""
+        samplers = [seq.sampler for seq in batch.samplers]
         try:
-            greedy = greedy_tokens(logits, [seq.sampler for seq in batch.samplers])
+            tokens = greedy_tokens(logits, samplers)
         except Exception as exc:
             self._fail_batch(batch, exc)
             return None
-        tokens: dict[int, int] = {}
-        for row, seq in enumerate(batch.samplers):
-            try:
-                tokens[row] = greedy[row] if row in greedy else seq.sampler.sample(logits[row])
-            except Exception as exc:
-                self._fail_row(seq, exc)
-        return tokens
+        rest = [row for row in range(len(samplers)) if row not in tokens]
+        if not rest:
+            return tokens
+        try:
+            rows = logits if len(rest) == len(samplers) else logits[rest]
+            drawn = sample_rows(rows, [samplers[row] for row in rest])
+            tokens.update(zip(rest, drawn, strict=True))
+        except Exception:  # find the row that failed: each on its own, the others still sampled
+            for row in rest:
+                try:
+                    tokens[row] = samplers[row].sample(logits[row])
+                except Exception as exc:
+                    self._fail_row(batch.samplers[row], exc)
+        return dict(sorted(tokens.items()))
 
     def _append(
         self, batch: StepBatch, tokens: dict[int, int], logprobs: list[float]

@@ -217,3 +217,46 @@ def test_repetition_penalty_greedy_matches_hf(tiny_model, tokenizer, make_engine
             pad_token_id=0,
         )
     assert generate_one(engine, prompt, params).token_ids == output[0, len(prompt) :].tolist()
+
+
+def test_a_sampler_that_fails_ends_its_request_alone(
+    tiny_model, tokenizer, make_engine, monkeypatch
+) -> None:
+    """A fault in one row's sampling (injected: nothing real makes the arithmetic raise)
+    fails that request; the step's other rows are still sampled, as they would be alone."""
+    from inference.engine import engine as engine_module
+    from inference.engine.sampling import RequestSampler
+
+    def broken(params: SamplingParams) -> bool:
+        return params.seed == 666
+
+    sample_rows, sample = engine_module.sample_rows, RequestSampler.sample
+
+    def rows_or_fault(logits, samplers):
+        if any(broken(sampler.params) for sampler in samplers):
+            raise RuntimeError("injected sampling fault")
+        return sample_rows(logits, samplers)
+
+    def one_or_fault(self, logits):
+        if broken(self.params):
+            raise RuntimeError("injected sampling fault")
+        return sample(self, logits)
+
+    engine = make_engine(tiny_model, tokenizer, max_step_tokens=64, max_running=8)
+    first, second = prompts(2, seed=5)
+
+    def sampled(seed: int) -> SamplingParams:
+        params = dict(do_sample=True, top_p=0.9, repetition_penalty=1.2, ignore_eos=True)
+        return SamplingParams(max_new_tokens=12, seed=seed, **params)
+
+    alone = generate_one(engine, first, sampled(7)).token_ids
+    monkeypatch.setattr(engine_module, "sample_rows", rows_or_fault)
+    monkeypatch.setattr(RequestSampler, "sample", one_or_fault)
+    results = engine.generate_batch(
+        [("good", first, sampled(7)), ("bad", second, sampled(666))], timeout=WAIT
+    )
+    by_id = {r.request_id: r for r in results}
+    assert by_id["bad"].finish_reason is FinishReason.ERROR
+    assert "injected sampling fault" in by_id["bad"].error
+    assert by_id["good"].finish_reason is FinishReason.LENGTH
+    assert by_id["good"].token_ids == alone
