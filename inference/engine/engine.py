@@ -32,6 +32,7 @@ from inference.engine.sampling import (
     SamplingParams,
     chosen_logprobs,
     greedy_tokens,
+    rows_of,
     sample_rows,
 )
 from inference.engine.scheduler import Scheduler
@@ -309,8 +310,7 @@ class Engine:
         if not rest:
             return tokens
         try:
-            rows = logits if len(rest) == len(samplers) else logits[rest]
-            drawn = sample_rows(rows, [samplers[row] for row in rest])
+            drawn = sample_rows(rows_of(logits, rest), [samplers[row] for row in rest])
             tokens.update(zip(rest, drawn, strict=True))
         except Exception:  # find the row that failed: each on its own, the others still sampled
             for row in rest:

@@ -130,7 +130,7 @@ def sample_rows(logits: torch.Tensor, samplers: Sequence[RequestSampler]) -> lis
 
     The order and arithmetic follow HF's logits processors, so greedy output matches
     `model.generate(do_sample=False)` and sampled output follows the same distribution. Each
-    stage is one call over all the rows: the chat's 32 rows, one by one, cost 32 × ~0.5 ms a
+    stage is one call over all the rows: the chat's 32 rows, one by one, cost 32 × ~0.36 ms a
     step (docs/benchmarks.md, "Sampling one token"). Every operation is row-wise, so a row's
     token does not depend on the others, and each sampled row takes one uniform number from
     its own generator. `logits` is never written to.
@@ -221,7 +221,9 @@ def drawn_tokens(scores: torch.Tensor, samplers: Sequence[RequestSampler]) -> li
     nucleus_rows = [
         row for row, sampler in enumerate(samplers) if finite[row] and sampler.params.top_p < 1.0
     ]
-    whole = [row for row, sampler in enumerate(samplers) if finite[row] and row not in nucleus_rows]
+    whole = [
+        row for row, sampler in enumerate(samplers) if finite[row] and sampler.params.top_p >= 1.0
+    ]
     probs = scaled.softmax(-1)
     for candidates in NUCLEUS_CANDIDATES:
         if not nucleus_rows:
@@ -275,23 +277,9 @@ def candidate_draws(
 
 
 def nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose mass reaches `top_p` (HF's top-p).
-
-    A token is kept when the mass of the tokens ranked above it is below `top_p`. That set
-    almost always lies within the few hundred most likely tokens, so those are taken with
-    `topk` and the full sort of the vocabulary (about 25 ms for 49,152 tokens on these CPUs)
-    is only the fallback for a flat distribution.
-    """
-    values, order = torch.topk(logits, min(NUCLEUS_CANDIDATES[-1], logits.shape[-1]))
-    probs = (values - torch.logsumexp(logits, -1)).exp()
-    if float(probs.sum()) >= top_p:
-        above = probs.cumsum(-1) - probs
-        keep = above < top_p
-        keep[0] = True
-        kept = order[keep]
-        filtered = torch.full_like(logits, -math.inf)
-        filtered[kept] = logits[kept]
-        return filtered
+    """One row with HF's top-p applied over the whole sorted vocabulary (-inf where a token
+    is dropped): for a flat row whose nucleus its candidates do not hold (`candidate_draws`),
+    and for `RequestSampler.process`. A full sort: ~1.8 ms for 49,152 tokens here."""
     sorted_logits, order = torch.sort(logits)
     cumulative = sorted_logits.softmax(-1).cumsum(-1)
     remove = cumulative <= 1.0 - top_p
@@ -304,8 +292,7 @@ def greedy_tokens(logits: torch.Tensor, samplers: Sequence[RequestSampler]) -> d
     rows = [row for row, sampler in enumerate(samplers) if sampler.plain_greedy]
     if not rows:
         return {}
-    picks = logits if len(rows) == logits.shape[0] else logits[rows]  # no copy when all are
-    return dict(zip(rows, picks.argmax(-1).tolist(), strict=True))
+    return dict(zip(rows, rows_of(logits, rows).argmax(-1).tolist(), strict=True))
 
 
 def chosen_logprobs(logits: torch.Tensor, tokens: dict[int, int]) -> list[float]:

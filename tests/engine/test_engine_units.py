@@ -278,7 +278,8 @@ def test_nucleus_matches_hf_top_p_on_a_full_vocabulary(spread: float) -> None:
     kept = ~torch.isinf(ours)
     assert torch.equal(kept, ~torch.isinf(expected))
     assert torch.equal(ours[kept], logits[kept])
-    # the peaked row's nucleus lies within the candidates; the flat one needs the fallback
+    # the peaked row's nucleus lies within the candidates `sample_rows` looks in; the flat
+    # one's does not, so a draw from it goes through this sort
     assert (int(kept.sum()) <= NUCLEUS_CANDIDATES[-1]) == (spread > 1)
 
 
