@@ -58,7 +58,7 @@ def long_prompt(tokenizer, size: int) -> list[int]:
 def _probe(peer: TandemPeer, prompt: list[int], new_tokens: int) -> Trace:
     """One request, waited for; its trace."""
     trace, done = Trace(arrival=0.0), threading.Semaphore(0)
-    peer.submit(prompt, new_tokens, trace, done)
+    peer.submit([prompt], new_tokens, [trace], done)
     done.acquire()
     return trace
 
@@ -85,10 +85,8 @@ def run(
 
     done = threading.Semaphore(0)
     traces = [Trace(arrival=0.0) for _ in range(BACKGROUND)]
-    ids = [
-        peer.submit(prompts[i % len(prompts)], ENDLESS, trace, done)
-        for i, trace in enumerate(traces)
-    ]
+    background = [prompts[i % len(prompts)] for i in range(BACKGROUND)]
+    ids = peer.submit(background, ENDLESS, traces, done)
     try:
         _wait_for(lambda: all(len(t.stamps) >= 3 for t in traces))
         loaded = [_probe(peer, probe, 2).ttft for _ in range(repeats)]

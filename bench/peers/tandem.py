@@ -6,8 +6,10 @@ is the engine's own count of model work.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+from collections.abc import Callable
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -44,23 +46,37 @@ class TandemPeer:
         self.engine = Engine(model, tokenizer, config, observer=self.feed, runner=runner).start()
 
     def submit(
-        self, prompt: list[int], new_tokens: int, trace: Trace, done: threading.Semaphore
-    ) -> str:
-        """Submit one request whose tokens are stamped onto `trace`; release `done` at the end."""
+        self,
+        prompts: list[list[int]],
+        new_tokens: int,
+        traces: list[Trace],
+        done: threading.Semaphore,
+    ) -> list[str]:
+        """Submit requests arriving together, each stamping its tokens onto its trace;
+        each releases `done` at its end."""
 
-        def on_event(event: EngineEvent) -> None:
-            if event.token_id is not None:
-                trace.stamps.append(time.perf_counter())
-            if event.is_finished:
-                done.release()
+        def stamper(trace: Trace) -> Callable[[EngineEvent], None]:
+            def on_event(event: EngineEvent) -> None:
+                if event.token_id is not None:
+                    trace.stamps.append(time.perf_counter())
+                if event.is_finished:
+                    done.release()
 
-        trace.arrival = time.perf_counter()
+            return on_event
+
         params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
-        return self.engine.submit(prompt, params, on_event=on_event)
+        now = time.perf_counter()
+        for trace in traces:
+            trace.arrival = now
+        requests = [(None, p, params, stamper(t)) for p, t in zip(prompts, traces, strict=True)]
+        return self.engine.submit_all(requests)
 
     def run(self, prompts: list[list[int]], arrivals: list[float], new_tokens: int) -> PeerRun:
         """Submit each prompt at started + its arrival offset and wait for all to finish.
 
+        Prompts with the same offset arrive together (one `submit_all`), as a burst reaches
+        HF's static batch: submitted one by one, the engine woke at the first and ran a
+        step of two prompts before the other thirty were queued.
         The HF peers ran their kernels on this thread: its OpenMP workers are released
         first, as the engine's start did, or the engine's steps run at half speed.
         """
@@ -69,9 +85,13 @@ class TandemPeer:
         traces = [Trace(arrival=0.0) for _ in prompts]
         fed_before = self.feed.tokens
         started = time.perf_counter()
-        for prompt, offset, trace in zip(prompts, arrivals, traces, strict=True):
+        order = sorted(range(len(prompts)), key=lambda i: arrivals[i])
+        for offset, group in itertools.groupby(order, key=lambda i: arrivals[i]):
+            members = list(group)
             sleep_until(started + offset)
-            self.submit(prompt, new_tokens, trace, done)
+            self.submit(
+                [prompts[i] for i in members], new_tokens, [traces[i] for i in members], done
+            )
         for _ in prompts:
             done.acquire()
         ended = time.perf_counter()

@@ -54,6 +54,7 @@ class PrefillPacer:
     seconds: dict[int, float] = field(default_factory=dict)
     alone: dict[int, float] = field(default_factory=dict)
     key_seconds: float | None = None
+    padded: bool = False
     recent: deque[tuple[int, int, float]] = field(default_factory=lambda: deque(maxlen=KEY_WINDOW))
 
     def paced(self, decoders: int, starting: int = 0) -> bool:
@@ -76,7 +77,10 @@ class PrefillPacer:
             if cost is None or cost > allowed:
                 break
             rows *= 2
-        return max(self.min_tokens, min(self.max_tokens, rows - decoders))
+        tokens = max(self.min_tokens, min(self.max_tokens, rows - decoders))
+        if self.padded:  # the floor may cross into a bucket: its rows are paid for, fill them
+            tokens = min(self.max_tokens, _bucket(decoders + tokens) - decoders)
+        return tokens
 
     def keys(self, decoders: int, tokens: int, starting: int = 0) -> int | None:
         """Prompt keys the step's chunks may attend (each chunk token x its end position),
@@ -146,7 +150,14 @@ class PrefillPacer:
 
     def seed(self, seconds_by_rows: dict[int, float]) -> None:
         """Step times measured elsewhere (the compiled graphs' warm-up), for the buckets this
-        pacer has not measured itself."""
+        pacer has not measured itself; from now on steps run padded to their bucket.
+
+        Padded, the floor (`min_tokens`) beside 29 decoders makes a 37-row step that costs
+        the whole 64-row bucket: left at 8 prompt tokens, a 32-prompt burst's last five
+        prompts took 13 such steps (8 tokens each, ~115 ms) before their first token, where
+        filling the bucket feeds 35 a step.
+        """
+        self.padded = True
         for rows, seconds in seconds_by_rows.items():
             self.seconds.setdefault(_bucket(rows), seconds)
             self.alone.setdefault(_bucket(rows), seconds)

@@ -44,6 +44,18 @@ def test_a_tighter_multiple_keeps_prefill_out_of_a_dearer_bucket() -> None:
     assert budgets[-1] == 8  # the floor: 64 rows cost 1.375× the decoders' 32
 
 
+def test_a_floor_that_crosses_into_a_bucket_fills_it_when_steps_are_padded() -> None:
+    """Compiled steps run padded to their bucket: once the floor puts a step in the 64-row
+    bucket, its other rows cost nothing more, so they are the prompt's too."""
+    pacer = PrefillPacer(max_tokens=512, multiple=1.2, min_tokens=8, reference_rows=32)
+    pacer.observe(31, 0, step_seconds(31))
+    assert pacer.budget(29) == 8  # not padded (an eager runner pays by the row)
+    pacer.seed({rows: step_seconds(rows) for rows in (1, 2, 4, 8, 16, 32, 64)})
+    assert pacer.padded
+    assert pacer.budget(29) == 64 - 29  # 64 rows cost 1.375x the decoders' 32: the floor's bucket
+    assert pacer.budget(20) == 32 - 20  # the floor stays in the decoders' bucket: filled to it
+
+
 def test_without_a_decode_only_step_the_paid_bucket_is_filled() -> None:
     """The floor already puts 31 decoders in the 64-row bucket: filling it costs nothing more."""
     pacer = PrefillPacer(max_tokens=512, multiple=1.2, min_tokens=8)
