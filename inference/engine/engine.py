@@ -23,6 +23,7 @@ from inference.engine.config import EngineConfig, eos_token_ids
 from inference.engine.detokenizer import special_token_ids
 from inference.engine.errors import EngineStopped, InvalidRequest
 from inference.engine.events import EngineEvent, FinishReason, GenerationResult
+from inference.engine.heap import keep_freed_memory
 from inference.engine.kv_cache import KVCache
 from inference.engine.model_runner import ModelRunner, runner_for
 from inference.engine.observer import EngineObserver
@@ -43,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 # A KV slot's first capacity on an accelerator, where storage is real memory from the start.
 GPU_KV_TOKENS = 256
+GPU_KV_SLOTS = 4
 
 
 class Engine:
@@ -72,10 +74,14 @@ class Engine:
         self.observer = observer or EngineObserver()
         context = runner.context_length
         self.max_seq_len = min(self.config.max_seq_len or context, context)
+        on_cpu = runner.kv_spec.device.type == "cpu"
         initial = self.config.kv_initial_tokens
         if initial is None:
-            initial = self.max_seq_len if runner.kv_spec.device.type == "cpu" else GPU_KV_TOKENS
-        self.cache = KVCache(runner.kv_spec, self.config.max_running, self.max_seq_len, initial)
+            initial = self.max_seq_len if on_cpu else GPU_KV_TOKENS
+        slots = self.config.max_running if on_cpu else GPU_KV_SLOTS
+        self.cache = KVCache(
+            runner.kv_spec, self.config.max_running, self.max_seq_len, initial, slots
+        )
         self.scheduler = Scheduler(
             self.cache,
             self.config.max_running,
@@ -105,9 +111,12 @@ class Engine:
 
         The model runs on the loop thread from here on: the caller's OpenMP workers (left
         by loading the model) are released so they do not slow the loop's, and the loop
-        releases its own whenever it goes idle (openmp.py).
+        releases its own whenever it goes idle (openmp.py). On the CPU, malloc keeps what a
+        step frees for the next (heap.py).
         """
         release_thread_pool()
+        if self.runner.kv_spec.device.type == "cpu":
+            keep_freed_memory()
         with self._lock:
             if self._stopping:
                 raise EngineStopped("The engine has been shut down.")
@@ -219,7 +228,7 @@ class Engine:
                     if not self._has_work():
                         release_thread_pool()  # idle: other threads' kernels get every core
                     while not self._has_work():
-                        self._wake.wait()
+                        self._wait_idle()
                     if self._stopping:
                         break
                     cancels, self._cancels = self._cancels, set()
@@ -230,6 +239,14 @@ class Engine:
                     logger.exception("Engine loop fault; failing the running requests")
                     self._recover(exc)
             self._fail_remaining()
+
+    def _wait_idle(self) -> None:
+        """Wait for work (the lock held); an empty CPU cache gives its pages back after
+        `kv_release_after_s` of it."""
+        holding = self.cache.holds_pages and not self.cache.lengths
+        timeout = self.config.kv_release_after_s if holding else None
+        if not self._wake.wait(timeout) and holding:
+            self.cache.release_pages()
 
     def _has_work(self) -> bool:
         """Whether the loop should run (the lock held): a step, a cancel or the stop."""
@@ -270,12 +287,16 @@ class Engine:
         self._seed_pacer()
         decoders = self.scheduler.decoders()
         with self._lock:
-            starting = self.scheduler.starting()
-            batch = self.scheduler.schedule_alone(self.pacer.alone_tokens(decoders, starting))
-            if batch is None:
-                tokens = self.pacer.budget(decoders, starting)
-                keys = self.pacer.keys(decoders, tokens, starting)
-                batch = self.scheduler.schedule(tokens, keys)
+            if self.scheduler.burst_pending():
+                batch = self.scheduler.schedule()
+            else:
+                starting = self.scheduler.starting()
+                alone = self.pacer.alone_tokens(decoders, starting)
+                batch = self.scheduler.schedule_alone(alone)
+                if batch is None:
+                    tokens = self.pacer.budget(decoders, starting)
+                    keys = self.pacer.keys(decoders, tokens, starting)
+                    batch = self.scheduler.schedule(tokens, keys)
         for seq in batch.admitted if batch is not None else ():
             self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
         return batch

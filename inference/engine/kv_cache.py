@@ -3,19 +3,19 @@
 Layout [layers, 2 (K, V), slots, kv_heads, capacity, head_dim]. A running sequence owns one
 slot; occupied slots are kept compacted in 0..n-1 (when a sequence leaves, the last slot's
 rows move into the hole, once), so decode attention reads the view K[:n, :, :L] with a
-length mask and never gathers. Capacity (tokens per slot) and the allocated slot count grow
-by doubling, so copies are rare and amortised, and shrink back when use falls to a quarter
-(on the CPU, once the cache is empty: see `_maybe_shrink`).
+length mask and never gathers. On an accelerator, capacity (tokens per slot) and the
+allocated slot count grow by doubling, so copies are rare and amortised, and shrink back
+when use falls to a quarter.
 
-Capacity is one number for every slot, so one long prompt grows all of them: at 2,048
-positions the storage is 1.5 GB in bf16 (SmolLM2, 32 slots). Zero-filled up front
-(`torch.zeros`), each doubling stalled every decoder: 1.1, 3.7 and 2.9 s under load inside
-the step, and still 150-215 ms steps for seconds when the fill ran on a thread of its own (it
-took a core from the engine's two, 1.9 s for 1.5 GB). On the CPU the storage is therefore
-fresh anonymous memory: the kernel hands out zero pages as they are first touched, so
-growing costs the copy of each slot's used rows, not a fill of the whole tensor, and the
-memory in use follows the positions written. A sequence admitted with a long prompt
-`reserve`s its whole length, one growth instead of a doubling per chunk.
+On the CPU the storage is fresh anonymous memory mapped once at its full size (every slot,
+the whole sequence length: the engine asks for that): the kernel hands out zero pages as
+they are first touched, so the mapping costs nothing up front and the memory in use follows
+the positions written. Zero-filled and grown by doubling, as on an accelerator, each growth
+stalled every decoder: 1.1, 3.7 and 2.9 s under load inside the step, and a shrink's copy of
+31 slots' rows made one step 503 ms against their 90 (docs/benchmarks.md). Written pages
+stay while the engine works: a page given back when the cache empties was faulted in again
+by the next requests, ~2.4 µs a page, 180 pages per 16 positions of a slot (SmolLM2, float32).
+They go back to the system only when the engine has been idle a while (`release_pages`).
 """
 
 from __future__ import annotations
@@ -52,15 +52,27 @@ class KVCache:
     """
 
     def __init__(
-        self, spec: KVSpec, max_slots: int, max_seq_len: int, initial_capacity: int = 256
+        self,
+        spec: KVSpec,
+        max_slots: int,
+        max_seq_len: int,
+        initial_capacity: int = 256,
+        initial_slots: int = 4,
+        fresh_pages: bool | None = None,
     ) -> None:
+        """`fresh_pages`: storage on fresh anonymous memory, kept whole while the engine
+        works (None: on the CPU); else zero-filled and grown and shrunk by doubling."""
         self.spec = spec
         self.max_slots = max_slots
         self.max_seq_len = max_seq_len
         self._min_capacity = min(initial_capacity, max_seq_len)
-        self._min_slots = min(4, max_slots)
+        self._min_slots = min(initial_slots, max_slots)
         self.lengths: list[int] = []
-        self.pages = PageAhead() if spec.device.type == "cpu" else None
+        if fresh_pages is None:
+            fresh_pages = spec.device.type == "cpu"
+        self.pages = PageAhead() if fresh_pages else None
+        self._memory: mmap.mmap | None = None
+        self._pages_held = False
         self.storage = self._allocate(self._min_slots, self._min_capacity)
 
     @property
@@ -133,6 +145,7 @@ class KVCache:
             capacity = min(self.max_seq_len, max(2 * self.capacity, _pow2_at_least(length)))
             self._resize(self.allocated_slots, capacity)
         self.lengths[slot] = length
+        self._pages_held = True
 
     def reserve(self, length: int) -> None:
         """Grow now to hold a slot of `length` positions (a long prompt's whole length): one
@@ -163,15 +176,31 @@ class KVCache:
         self.lengths.clear()
         self._maybe_shrink()
 
+    @property
+    def holds_pages(self) -> bool:
+        """Whether the CPU storage has pages written since it was mapped or released."""
+        return self._memory is not None and self._pages_held
+
+    def release_pages(self) -> bool:
+        """Give an empty CPU cache's written pages back to the system (they read as zeros
+        again and are faulted in anew when written); False when there is nothing to give
+        or a sequence still holds a slot."""
+        if self._memory is None or self.lengths or not self._pages_held:
+            return False
+        self._memory.madvise(mmap.MADV_DONTNEED)
+        self._pages_held = False
+        if self.pages is not None:
+            self.pages.reset([], self.allocated_slots)
+        return True
+
     def _maybe_shrink(self) -> None:
         """Give memory back once use falls to a quarter of either dimension (hysteresis).
 
-        On the CPU only once the cache is empty: positions never written in fresh zero pages
-        take no memory, while a shrink copies every used row into new pages on the engine
-        thread. When a 2,000-token prompt left 31 decoders at ~130 positions, that copy made
-        one step 503 ms against their 90 (docs/benchmarks.md): every decoder's token waited.
+        Not on fresh pages (the CPU): there a shrink would copy the used rows into new
+        pages on the engine thread, while unwritten positions take no memory anyway;
+        `release_pages` gives the written ones back once the engine is idle.
         """
-        if self.spec.device.type == "cpu" and self.lengths:
+        if self.pages is not None:
             return
         longest = max(self.lengths, default=0)
         slots, capacity = self.allocated_slots, self.capacity
@@ -189,7 +218,8 @@ class KVCache:
         if self.pages is None:
             return torch.zeros(shape, dtype=spec.dtype, device=spec.device)
         self.pages.reset(self.lengths, slots)
-        return zero_pages(shape, spec.dtype)
+        self._memory, storage = zero_pages(shape, spec.dtype)
+        return storage
 
     def _resize(self, slots: int, capacity: int) -> None:
         """Move to storage of `slots` x `capacity`, copying each slot's used rows."""
@@ -200,12 +230,16 @@ class KVCache:
         self.storage = storage
 
 
-def zero_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A zero tensor on fresh anonymous memory, nothing filled: pages are zero when first
-    touched and only those take memory. Small pages (MADV_NOHUGEPAGE): a 2 MB huge page
-    would be zeroed whole by the first write to any of its positions."""
-    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    memory = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+def zero_pages(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[mmap.mmap, torch.Tensor]:
+    """A zero tensor on fresh anonymous memory, and that memory; nothing filled: pages are
+    zero when first touched and only those take memory. No swap is reserved for the span
+    (MAP_NORESERVE: the full-size CPU cache spans gigabytes it mostly never touches), and
+    small pages (MADV_NOHUGEPAGE): a 2 MB huge page would be zeroed whole by the first
+    write to any of its positions."""
+    size = math.prod(shape) * dtype.itemsize
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0)
+    memory = mmap.mmap(-1, max(size, 1), flags=flags)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):
         memory.madvise(mmap.MADV_NOHUGEPAGE)
-    return torch.frombuffer(memory, dtype=torch.uint8, count=size).view(dtype).view(shape)
+    tensor = torch.frombuffer(memory, dtype=torch.uint8, count=size).view(dtype).view(shape)
+    return memory, tensor

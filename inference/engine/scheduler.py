@@ -14,6 +14,13 @@ A long prompt is therefore spread over several steps while the decoders keep pro
 a short prompt arriving meanwhile is not queued behind it: it goes in whole, next step.
 Oldest first, a 40-token question arriving while a 2,000-token prompt prefilled waited for
 all of it (~60 steps).
+
+Pacing protects decoders from prompts that came after them, not from their own companions:
+while a request that arrived with the decoders (within BURST_WINDOW of the latest of them)
+still waits for its first token, the engine plans unpaced steps (`burst_pending`). Paced, a
+32-prompt burst's last five prompts went in over five small steps (one alone, or 33-36
+tokens beside the first 27 decoders), ~260 ms, and trailed the rest to the end; unpaced,
+they take one step beside the decoders.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ from inference.engine.sequence import Sequence, Status
 
 RETRY_AFTER_BOUNDS = (1.0, 60.0)
 MIN_CHUNK = 8  # prompt tokens a step gives its first chunk whatever it attends
+# Seconds within which requests count as one burst: submitted together, or as separate HTTP
+# requests a client sent at once.
+BURST_WINDOW = 0.1
 
 
 class Scheduler:
@@ -84,6 +94,16 @@ class Scheduler:
         """Requests the next step could feed prompt tokens: those still prefilling, and the
         waiting ones the free slots can take (callers hold the engine's lock)."""
         return sum(1 for s in self.running if s.prefilling) + len(self._newcomers())
+
+    def burst_pending(self) -> bool:
+        """Whether a request still waiting for its first token arrived with the decoders
+        (at most BURST_WINDOW after the latest of them); callers hold the engine's lock."""
+        arrivals = [s.queued_at for s in self.running if not s.prefilling]
+        if not arrivals:
+            return False
+        latest = max(arrivals) + BURST_WINDOW
+        starting = [s for s in self.running if s.prefilling] + self._newcomers()
+        return any(s.queued_at <= latest for s in starting)
 
     def schedule(
         self, prefill_budget: int | None = None, prefill_keys: int | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -356,8 +357,8 @@ class StepLog(EngineObserver):
 
 def test_a_burst_of_prompts_is_prefilled_in_whole_steps(tokenizer, make_engine) -> None:
     """Eight prompts at once, 32 tokens a step: the three that got their first token do not
-    hold the five still to feed to the pacer's 8 tokens a step (nothing measured yet), as
-    they would once they outnumber them (pacing.py)."""
+    hold the five still to feed to the pacer's 8 tokens a step (nothing measured yet), even
+    once they outnumber them: those came with them (scheduler.py, `burst_pending`)."""
     log = StepLog()
     runner = ScriptedRunner([300, 301, 302], prompt_len=len(PROMPT))
     engine = make_engine(
@@ -366,4 +367,22 @@ def test_a_burst_of_prompts_is_prefilled_in_whole_steps(tokenizer, make_engine) 
     params = SamplingParams(max_new_tokens=6, ignore_eos=True)
     results = engine.generate_batch([(None, PROMPT, params)] * 8, WAIT)
     assert all(len(r.token_ids) == 6 for r in results)
-    assert log.prefill[:3] == [32, 32 - 3, 8], log.prefill
+    assert log.prefill[:4] == [32, 32 - 3, 8 * len(PROMPT) - 32 - 29, 0], log.prefill
+
+
+def test_an_idle_engine_gives_its_kv_pages_back_after_a_while(tiny_model, tokenizer, make_engine):
+    """On the CPU the written KV pages stay between requests (no page faults for the next
+    ones) and go back once the engine has been idle `kv_release_after_s`."""
+    params = SamplingParams(max_new_tokens=4, ignore_eos=True)
+    kept = make_engine(tiny_model, tokenizer)
+    first = generate_one(kept, PROMPT, params).token_ids
+    assert kept.cache.holds_pages and kept.cache.num_used == 0
+    released = make_engine(tiny_model, tokenizer, kv_release_after_s=0.05)
+    assert generate_one(released, PROMPT, params).token_ids == first
+    deadline = time.monotonic() + WAIT
+    while released.cache.holds_pages and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not released.cache.holds_pages
+    assert float(released.cache.storage.abs().sum()) == 0.0
+    assert generate_one(released, PROMPT, params).token_ids == first
+    assert kept.cache.holds_pages

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -85,9 +88,11 @@ def test_detokenizer_skips_special_tokens_and_flushes_a_dangling_byte(tokenizer)
     assert {0, 1, 2, 3} <= special_token_ids(tokenizer)
 
 
-def make_cache(max_slots: int = 8, max_seq_len: int = 64, initial: int = 4) -> KVCache:
+def make_cache(
+    max_slots: int = 8, max_seq_len: int = 64, initial: int = 4, fresh_pages: bool = True
+) -> KVCache:
     spec = KVSpec(2, 1, 2, torch.float32, torch.device("cpu"))
-    return KVCache(spec, max_slots, max_seq_len, initial)
+    return KVCache(spec, max_slots, max_seq_len, initial, fresh_pages=fresh_pages)
 
 
 def fill(cache: KVCache, slot: int, value: float) -> None:
@@ -112,7 +117,8 @@ def test_kv_cache_compacts_by_moving_the_last_slot_into_the_hole() -> None:
 
 
 def test_kv_cache_grows_by_doubling_keeps_data_and_shrinks_back() -> None:
-    cache = make_cache(max_slots=8, max_seq_len=64, initial=4)
+    """Zero-filled storage (an accelerator's): doubled as needed, halved back when empty."""
+    cache = make_cache(max_slots=8, max_seq_len=64, initial=4, fresh_pages=False)
     slots = [cache.allocate() for _ in range(6)]
     assert cache.allocated_slots == 8
     for slot in slots:
@@ -131,9 +137,10 @@ def test_kv_cache_grows_by_doubling_keeps_data_and_shrinks_back() -> None:
     assert cache.max_tokens == 8 * 64
 
 
-def test_kv_cache_on_the_cpu_keeps_its_storage_until_empty() -> None:
-    """A long sequence leaving the CPU cache moves no other row (fresh pages cost nothing
-    unwritten); the storage shrinks once the last sequence has left."""
+def test_kv_cache_on_the_cpu_keeps_its_storage_and_pages_until_released() -> None:
+    """A long sequence leaving the CPU cache moves no other row, and the last leaving gives
+    nothing back: the next requests write into pages already in. `release_pages` (an idle
+    engine's) gives the written pages back; they read as zeros again."""
     cache = make_cache(max_slots=4, max_seq_len=64, initial=4)
     slots = [cache.allocate() for _ in range(3)]
     for slot in slots:
@@ -145,9 +152,18 @@ def test_kv_cache_on_the_cpu_keeps_its_storage_until_empty() -> None:
     cache.free(slots[-1])
     assert cache.storage is storage and cache.capacity == 64
     assert torch.all(cache.storage[:, :, 1, :, :2] == 2.0)
+    assert not cache.release_pages(), "two sequences still hold slots"
     cache.free(1)
     cache.free(0)
-    assert (cache.allocated_slots, cache.capacity) == (4, 4)
+    assert cache.storage is storage and cache.holds_pages
+    assert torch.all(cache.storage[:, :, 0, :, :2] == 1.0)
+    assert cache.release_pages()
+    assert not cache.holds_pages and not cache.release_pages()
+    assert float(cache.storage.abs().sum()) == 0.0
+    slot = cache.allocate()
+    cache.extend(slot, 3)
+    fill(cache, slot, 5.0)
+    assert cache.holds_pages and torch.all(cache.storage[:, :, 0, :, :3] == 5.0)
 
 
 def test_kv_cache_grows_once_to_a_long_prompt_s_reserved_length() -> None:
@@ -177,7 +193,7 @@ def test_kv_cache_storage_is_zero_without_being_filled() -> None:
     assert torch.all(cache.storage[:, :, slot, :, 3:] == 0.0)
     assert torch.all(cache.storage[:, :, 1:] == 0.0)
     before = _resident_mib()
-    pages = zero_pages((1024, 1024, 512), torch.bfloat16)  # 1 GiB
+    _, pages = zero_pages((1024, 1024, 512), torch.bfloat16)  # 1 GiB
     pages[5, 5] = 1.0
     assert pages.shape == (1024, 1024, 512) and pages.dtype == torch.bfloat16
     assert float(pages[1023].abs().sum()) == 0.0
@@ -315,3 +331,40 @@ def test_eos_ids_merge_generation_config_int_or_list_with_tokenizer(tokenizer) -
     assert eos_token_ids(as_list, tokenizer) == {2, 5, 7}
     assert eos_token_ids(as_int, tokenizer) == {2, 9}
     assert eos_token_ids(None, tokenizer) == {2}
+
+
+HEAP_PROBE = """
+import ctypes
+from inference.engine.heap import keep_freed_memory
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = (ctypes.c_void_p,)
+
+def mapped_blocks(size):
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(size)
+    count = libc.mallinfo2().hblks - before
+    libc.free(block)
+    return count
+
+print(mapped_blocks(24 << 20), keep_freed_memory(), mapped_blocks(24 << 20))
+"""
+
+
+def test_malloc_keeps_a_step_sized_block_in_the_heap() -> None:
+    """glibc maps a fresh 24 MB block (and unmaps it when freed) until the engine fixes the
+    thresholds; then it comes from the heap and stays for the next step (heap.py)."""
+    libc = ctypes.CDLL(None)
+    if not hasattr(libc, "mallinfo2"):
+        pytest.skip("not glibc 2.33 or later")
+    out = subprocess.run(
+        [sys.executable, "-c", HEAP_PROBE], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["1", "True", "0"], out

@@ -6,7 +6,7 @@ import torch
 
 from inference.engine.kv_cache import KVCache, KVSpec
 from inference.engine.sampling import SamplingParams
-from inference.engine.scheduler import Scheduler
+from inference.engine.scheduler import BURST_WINDOW, Scheduler
 from inference.engine.sequence import Sequence, Status
 
 SPEC = KVSpec(
@@ -107,3 +107,23 @@ def test_starting_counts_prompts_still_to_feed_that_slots_can_take() -> None:
     sched.add([sequence(name, 10) for name in "abcd"])
     assert sched.starting() == 1 + 2  # two free slots of four
     assert first.status is Status.RUNNING
+
+
+def test_a_burst_is_pending_while_a_request_that_came_with_the_decoders_starts() -> None:
+    """Requests within BURST_WINDOW of the latest decoder's arrival are its companions; one
+    that came later is not (pacing protects the decoders from it)."""
+    sched = scheduler(max_running=3)
+    first = decoding(sched)
+    assert not sched.burst_pending(), "nobody is starting"
+    companion, later = sequence("companion", 40), sequence("later", 40)
+    companion.queued_at = first.queued_at + BURST_WINDOW / 2
+    later.queued_at = first.queued_at + 2 * BURST_WINDOW
+    sched.add([companion, later])
+    assert sched.burst_pending(), "a waiting companion with a free slot"
+    sched.schedule(8)  # shortest first is a tie: arrival order admits the companion
+    assert companion.prefilling and later.status is Status.WAITING
+    assert sched.burst_pending()
+    sched.schedule(32)
+    companion.output_ids.append(5)
+    assert not companion.prefilling and later.status is Status.WAITING
+    assert not sched.burst_pending(), "the companion decodes; only the later one starts"
