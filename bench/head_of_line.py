@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import random
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -28,6 +29,13 @@ from inference.provisioning.startup import freeze_heap
 
 BACKGROUND = 31
 ENDLESS = 1_000_000
+# The decoders' gaps just before the long prompt, each after the probes' steps are over (a
+# probe's own step between two of their tokens once made those gaps twice a decode step).
+BEFORE_GAPS = 5
+# A loaded probe arrives at a random moment within this span after a decoder's token, so it
+# meets the step in flight at a random point of it, as a user's request would: submitted
+# right after the previous probe's last token, it landed at the same phase each time.
+PHASE_SPAN = 0.1
 LONG_TEXT = (
     "Continuous batching lets an inference server admit new requests between decoding "
     "steps instead of waiting for a whole batch to finish. "
@@ -76,8 +84,15 @@ def _wait_for(condition, timeout: float = 600.0) -> None:
         time.sleep(0.01)
 
 
+def _settle(traces: list[Trace], tokens: int) -> None:
+    """Wait until every stream has made `tokens` more tokens: steps of decoders alone, with
+    no probe's step between them."""
+    counts = [len(t.stamps) for t in traces]
+    _wait_for(lambda: all(len(t.stamps) >= n + tokens for t, n in zip(traces, counts, strict=True)))
+
+
 def run(
-    peer: TandemPeer, tokenizer, prompts: list[list[int]], long_tokens: int, repeats: int = 3
+    peer: TandemPeer, tokenizer, prompts: list[list[int]], long_tokens: int, repeats: int = 5
 ) -> HeadOfLine:
     """Idle probes, then 31 endless streams with a short probe and a long prompt among them."""
     probe = prompts[0]
@@ -88,14 +103,18 @@ def run(
     background = [prompts[i % len(prompts)] for i in range(BACKGROUND)]
     ids = peer.submit(background, ENDLESS, traces, done)
     try:
-        _wait_for(lambda: all(len(t.stamps) >= 3 for t in traces))
-        loaded = [_probe(peer, probe, 2).ttft for _ in range(repeats)]
+        loaded = []
+        phases = random.Random(0)
+        for _ in range(repeats):
+            _settle(traces, 3)
+            time.sleep(phases.uniform(0.0, PHASE_SPAN))
+            loaded.append(_probe(peer, probe, 2).ttft)
 
-        _wait_for(lambda: all(len(t.stamps) >= 3 for t in traces))
+        _settle(traces, BEFORE_GAPS + 1)
         arrived = time.perf_counter()
         long = _probe(peer, long_prompt(tokenizer, long_tokens), 1)
         first = long.stamps[0]
-        before = [g for t in traces for g in _gaps_until(t, arrived)[-5:]]
+        before = [g for t in traces for g in _gaps_until(t, arrived)[-BEFORE_GAPS:]]
         during = [
             b - a
             for t in traces

@@ -5,10 +5,10 @@ their next token comes ten times later than usual. The pacer keeps a step with p
 within `multiple` times a decode step's cost, from measured step times.
 
 A step's cost follows its row count in steps, not in a line: the compiled graphs run padded
-to a bucket (1, 2, 4 … 64 rows), and a bigger step runs eagerly at several times the cost.
-So the pacer keeps the time of a step per power-of-two row bucket, learned from every step
-(decode-only or mixed) and seeded from the compiled graphs' warm-up timings, and lets prefill
-fill the rows up to the largest bucket whose time stays within `multiple` times the
+to a bucket (1, 2, 4 … 32, 48, 64 … 512 rows). So the pacer keeps the time of a step per row
+bucket (the compiled graphs' own once they seed it, powers of two before), learned from
+every step (decode-only or mixed) and seeded from the compiled graphs' warm-up timings, and
+lets prefill fill the rows up to the largest bucket whose time stays within `multiple` times the
 reference decode step: that of a full engine (`reference_rows`, the engine's max_running)
 when it is known, else the decoders' own bucket. Against the decoders' own step alone, one
 decoder (a 1-row step) held waiting prompts to a few tokens a step while it decoded: eight
@@ -55,6 +55,7 @@ class PrefillPacer:
     alone: dict[int, float] = field(default_factory=dict)
     key_seconds: float | None = None
     padded: bool = False
+    buckets: tuple[int, ...] = ()
     recent: deque[tuple[int, int, float]] = field(default_factory=lambda: deque(maxlen=KEY_WINDOW))
 
     def paced(self, decoders: int, starting: int = 0) -> bool:
@@ -66,20 +67,20 @@ class PrefillPacer:
         """Prompt tokens the next step may feed next to `decoders` decoding sequences."""
         if not self.paced(decoders, starting):
             return self.max_tokens
-        reference = self.decoders_cost(_bucket(max(decoders, self.reference_rows)))
-        base = reference if reference is not None else self.decoders_cost(_bucket(decoders))
+        reference = self.decoders_cost(self.bucket(max(decoders, self.reference_rows)))
+        base = reference if reference is not None else self.decoders_cost(self.bucket(decoders))
         if base is None:
             return self.min_tokens
         allowed = self.multiple * base
-        rows = _bucket(decoders)
+        rows = self.bucket(decoders)
         while rows < decoders + self.max_tokens:
-            cost = self.estimate(rows * 2)
+            cost = self.estimate(self._larger(rows))
             if cost is None or cost > allowed:
                 break
-            rows *= 2
+            rows = self._larger(rows)
         tokens = max(self.min_tokens, min(self.max_tokens, rows - decoders))
         if self.padded:  # the floor may cross into a bucket: its rows are paid for, fill them
-            tokens = min(self.max_tokens, _bucket(decoders + tokens) - decoders)
+            tokens = min(self.max_tokens, self.bucket(decoders + tokens) - decoders)
         return tokens
 
     def keys(self, decoders: int, tokens: int, starting: int = 0) -> int | None:
@@ -96,8 +97,8 @@ class PrefillPacer:
         """
         if not self.paced(decoders, starting) or not self.key_seconds:
             return None
-        reference = self.decoders_cost(_bucket(max(decoders, self.reference_rows)))
-        rows = self.estimate(_bucket(decoders + tokens))
+        reference = self.decoders_cost(self.bucket(max(decoders, self.reference_rows)))
+        rows = self.estimate(self.bucket(decoders + tokens))
         if reference is None or rows is None:
             return None
         return max(0, int((self.multiple * reference - rows) / self.key_seconds))
@@ -118,11 +119,26 @@ class PrefillPacer:
         """
         if not self.paced(decoders, starting):
             return 0
-        reference = self.decoders_cost(_bucket(max(decoders, self.reference_rows)))
+        reference = self.decoders_cost(self.bucket(max(decoders, self.reference_rows)))
         if reference is None:
             return 0
         fits = [rows for rows, cost in self.alone.items() if cost <= self.multiple * reference]
         return min(self.max_tokens, max(fits, default=0))
+
+    def bucket(self, rows: int) -> int:
+        """The row bucket a step of `rows` rows is timed under: the smallest compiled one
+        holding it once seeded, else (and past the largest) the power of two at or above."""
+        fits = [b for b in self.buckets if b >= rows]
+        return fits[0] if fits else _bucket(rows)
+
+    def _larger(self, bucket: int) -> int:
+        """The next bucket up."""
+        return self.bucket(bucket + 1)
+
+    def _smaller(self, bucket: int) -> int:
+        """The next bucket down (the power of two below, under the compiled ones)."""
+        below = [b for b in self.buckets if b < bucket]
+        return below[-1] if below else max(bucket // 2, 1)
 
     def decoders_cost(self, bucket: int) -> float | None:
         """What the decoders' own step costs: its bucket's time, or an adjacent bucket's.
@@ -130,7 +146,7 @@ class PrefillPacer:
         While prompts keep arriving no step is decode-only, so the decoders' bucket may
         never be measured alone; the one just below or above it is a close stand-in.
         """
-        for neighbour in (bucket, bucket // 2, bucket * 2):
+        for neighbour in (bucket, self._smaller(bucket), self._larger(bucket)):
             if neighbour in self.seconds:
                 return self.seconds[neighbour]
         return None
@@ -158,9 +174,10 @@ class PrefillPacer:
         filling the bucket feeds 35 a step.
         """
         self.padded = True
+        self.buckets = tuple(sorted(seconds_by_rows))
         for rows, seconds in seconds_by_rows.items():
-            self.seconds.setdefault(_bucket(rows), seconds)
-            self.alone.setdefault(_bucket(rows), seconds)
+            self.seconds.setdefault(rows, seconds)
+            self.alone.setdefault(rows, seconds)
 
     def observe(
         self, decoders: int, prefill_tokens: int, seconds: float, prefill_keys: int = 0
@@ -174,7 +191,7 @@ class PrefillPacer:
         each bucket across the latest steps (a long prompt's chunks attend more keys step
         after step in the same bucket), and the bucket keeps its time net of its keys.
         """
-        key = _bucket(decoders + prefill_tokens)
+        key = self.bucket(decoders + prefill_tokens)
         if decoders:
             self.recent.append((key, prefill_keys, seconds))
             self._fit_key_seconds()

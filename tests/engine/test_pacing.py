@@ -162,3 +162,17 @@ def test_a_burst_is_not_paced_while_as_many_start_as_decode() -> None:
     assert pacer.keys(31, 33, starting=1) is not None
     assert pacer.alone_tokens(31, starting=1) == 64  # 0.055 alone <= 1.6 x 0.040
     assert PrefillPacer(max_tokens=512, multiple=None).budget(31, starting=1) == 512
+
+
+def test_the_compiled_buckets_seeded_give_a_full_engine_a_smaller_mixed_step() -> None:
+    """Seeded with the graphs' buckets (48 between 32 and 64), 31 decoders at a tighter
+    multiple get the 48-row step the 64-row one was too dear for."""
+    costs = {1: 0.020, 2: 0.021, 4: 0.022, 8: 0.024, 16: 0.028, 32: 0.040, 48: 0.047, 64: 0.055}
+    pacer = PrefillPacer(max_tokens=512, multiple=1.2, min_tokens=8, reference_rows=32)
+    pacer.seed(costs)
+    assert pacer.buckets == tuple(sorted(costs))
+    assert pacer.bucket(33) == 48 and pacer.bucket(49) == 64 and pacer.bucket(600) == 1024
+    assert pacer.budget(31) == 48 - 31  # 48 rows: 1.175x the decoders' 32; 64 rows: 1.375x
+    pacer.observe(31, 17, 0.047)
+    assert pacer.seconds[48] == 0.047  # timed under its own bucket, not under 64
+    assert pacer.decoders_cost(48) == 0.047
