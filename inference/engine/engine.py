@@ -115,7 +115,7 @@ class Engine:
         step frees for the next (heap.py).
         """
         release_thread_pool()
-        if self.runner.kv_spec.device.type == "cpu":
+        if self.cache.pages is not None:  # the CPU cache
             keep_freed_memory()
         with self._lock:
             if self._stopping:
@@ -243,7 +243,7 @@ class Engine:
     def _wait_idle(self) -> None:
         """Wait for work (the lock held); an empty CPU cache gives its pages back after
         `kv_release_after_s` of it."""
-        holding = self.cache.holds_pages and not self.cache.lengths
+        holding = self.cache.holds_pages  # no work: every slot is free
         timeout = self.config.kv_release_after_s if holding else None
         if not self._wake.wait(timeout) and holding:
             self.cache.release_pages()

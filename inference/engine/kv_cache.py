@@ -185,12 +185,11 @@ class KVCache:
         """Give an empty CPU cache's written pages back to the system (they read as zeros
         again and are faulted in anew when written); False when there is nothing to give
         or a sequence still holds a slot."""
-        if self._memory is None or self.lengths or not self._pages_held:
+        if self.lengths or not self.holds_pages:
             return False
         self._memory.madvise(mmap.MADV_DONTNEED)
         self._pages_held = False
-        if self.pages is not None:
-            self.pages.reset([], self.allocated_slots)
+        self.pages.reset([], self.allocated_slots)
         return True
 
     def _maybe_shrink(self) -> None:
