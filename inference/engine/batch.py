@@ -6,6 +6,7 @@ engine's bookkeeping (who was in the step, whose logits row is whose).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inference.engine.sequence import Sequence
@@ -36,6 +37,9 @@ class StepBatch:
     sequences: list[Sequence] = field(default_factory=list)
     samplers: list[Sequence] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
+    # Asked with the layer index before each layer's attention; True abandons the step
+    # (StepInterrupted) for a newcomer's prompt. None: the step runs to its end.
+    interrupt: Callable[[int], bool] | None = None
 
     @property
     def num_tokens(self) -> int:

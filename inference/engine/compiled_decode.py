@@ -28,6 +28,8 @@ from torch import nn
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from inference.engine.batch import PrefillChunk, StepBatch
+from inference.engine.decode_attention import CompiledAttention
+from inference.engine.errors import StepInterrupted
 from inference.engine.kv_cache import KVCache
 from inference.engine.weights.projection import Projection, small_kernel
 
@@ -60,6 +62,7 @@ class StepPlan:
     logit_rows: list[int]
     attend: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
     device: torch.device
+    interrupt: Callable[[int], bool] | None = None
 
 
 @dataclass(slots=True)
@@ -68,6 +71,7 @@ class StepContext:
 
     attend: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
     rows: int
+    interrupt: Callable[[int], bool] | None
 
 
 _step = threading.local()
@@ -75,8 +79,12 @@ _step = threading.local()
 
 @torch.library.custom_op("tandem::decode_attention", mutates_args=())
 def decode_attention(q: torch.Tensor, kv: torch.Tensor, layer: int) -> torch.Tensor:
-    """Write the real rows' K/V into the cache and attend; padded rows come back as zeros."""
+    """Write the real rows' K/V into the cache and attend; padded rows come back as zeros.
+
+    First the step may give way (StepInterrupted), before this layer writes anything."""
     context: StepContext = _step.context
+    if context.interrupt is not None and context.interrupt(layer):
+        raise StepInterrupted(layer)
     rows = context.rows
     out = context.attend(q[:rows], kv[:rows], layer)
     if rows == q.shape[0]:
@@ -198,7 +206,7 @@ def run_stack(
     ids[:real] = torch.tensor(step.token_ids, device=device)
     positions[:real] = torch.tensor(step.positions, device=device)
     pick[: len(step.logit_rows)] = torch.tensor(step.logit_rows, dtype=torch.long, device=device)
-    _step.context = StepContext(step.attend, real)
+    _step.context = StepContext(step.attend, real, step.interrupt)
     try:
         logits = stack(ids, positions, pick)
     finally:
@@ -253,7 +261,9 @@ class CompiledDecode:
         size = self.bucket(len(step.token_ids))
         return run_stack(self.graph, step, size, min(size, LOGIT_ROWS))
 
-    def warm(self, plan: Callable[[StepBatch, KVCache], StepPlan]) -> None:
+    def warm(
+        self, plan: Callable[[StepBatch, KVCache], StepPlan], attention: CompiledAttention
+    ) -> None:
         """Compile and run every bucket on a scratch cache of its own, timing each: the
         compile (`warm_seconds`) and then one step of the compiled graph (`step_seconds`,
         which seed the prefill pacer: the fastest of WARM_TIMINGS runs, as the first runs
@@ -263,9 +273,11 @@ class CompiledDecode:
         LOGIT_ROWS decode rows and a prompt chunk filling the rest. With `templates`,
         max_autotune times each matmul shape on inductor's C++ GEMM template and on ATen's
         kernel as the graph is built (~3 s a shape, cached on disk) and keeps the faster.
+        The decode attention kernel the steps call is compiled first.
         """
         inductor_config.max_autotune = self.templates
         inductor_config.max_autotune_gemm_backends = "CPP,ATEN"
+        attention.warm(self.runner.kv_spec, self.runner.scaling)
         cache = KVCache(self.runner.kv_spec, LOGIT_ROWS + 1, self.max_rows)
         for size in self.buckets:
             started = time.perf_counter()

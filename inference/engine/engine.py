@@ -21,7 +21,7 @@ from inference.engine.batch import StepBatch
 from inference.engine.bridge import BatchRequest, EventStream, collect_batch
 from inference.engine.config import EngineConfig, eos_token_ids
 from inference.engine.detokenizer import special_token_ids
-from inference.engine.errors import EngineStopped, InvalidRequest
+from inference.engine.errors import EngineStopped, InvalidRequest, StepInterrupted
 from inference.engine.events import EngineEvent, FinishReason, GenerationResult
 from inference.engine.heap import keep_freed_memory
 from inference.engine.kv_cache import KVCache
@@ -42,6 +42,9 @@ from inference.engine.stats import Counters, EngineStats, snapshot
 
 logger = logging.getLogger(__name__)
 
+# The share of a step's layers within which it gives way to a newcomer's prompt
+# (`_interrupt`): later, the decoders would lose more of the step than the newcomer waits.
+CUT_IN_SHARE = 0.5
 # A KV slot's first capacity on an accelerator, where storage is real memory from the start.
 GPU_KV_TOKENS = 256
 GPU_KV_SLOTS = 4
@@ -100,6 +103,9 @@ class Engine:
         self._wake = threading.Condition(self._lock)
         self._active: dict[str, Sequence] = {}
         self._cancels: set[str] = set()
+        self._arrived = False
+        self._cut_in: StepBatch | None = None
+        self._cut_in_layers = max(1, int(runner.kv_spec.num_layers * CUT_IN_SHARE))
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._counts = Counters()
@@ -183,6 +189,7 @@ class Engine:
             self.scheduler.add(sequences)
             for seq in sequences:
                 self._active[seq.request_id] = seq
+            self._arrived = True
             self._wake.notify_all()
         return ids
 
@@ -268,10 +275,24 @@ class Engine:
                 self._finish(seq, FinishReason.CANCELLED)
 
     def _step(self) -> None:
-        """One iteration: schedule → forward → sample → append → emit, then count the step."""
+        """One iteration: schedule, then run the batch; if it gave way to a newcomer's
+        prompt (StepInterrupted), that prompt's step runs first and the batch again after."""
         batch = self._schedule()
         if batch is None:
             return
+        try:
+            self._run(batch)
+        except StepInterrupted:
+            cut_in, self._cut_in = self._cut_in, None
+            self._counts.steps_interrupted += 1
+            if cut_in is not None:
+                self._admitted(cut_in)
+                self._run(cut_in)
+            batch.interrupt = None
+            self._run(batch)
+
+    def _run(self, batch: StepBatch) -> None:
+        """forward → sample → append → emit, then count the step."""
         started = time.monotonic()
         logits = self._forward(batch)
         tokens = None if logits is None else self._sample(batch, logits)
@@ -287,19 +308,50 @@ class Engine:
         self._seed_pacer()
         decoders = self.scheduler.decoders()
         with self._lock:
+            self._arrived = False
             if self.scheduler.burst_pending():
                 batch = self.scheduler.schedule()
             else:
                 starting = self.scheduler.starting()
+                after_alone = self.scheduler.after_alone
                 alone = self.pacer.alone_tokens(decoders, starting)
                 batch = self.scheduler.schedule_alone(alone)
                 if batch is None:
                     tokens = self.pacer.budget(decoders, starting)
                     keys = self.pacer.keys(decoders, tokens, starting)
                     batch = self.scheduler.schedule(tokens, keys)
-        for seq in batch.admitted if batch is not None else ():
-            self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
+                    if batch is not None and not after_alone:
+                        batch.interrupt = self._interrupt
+        if batch is not None:
+            self._admitted(batch)
         return batch
+
+    def _admitted(self, batch: StepBatch) -> None:
+        for seq in batch.admitted:
+            self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
+
+    def _interrupt(self, layer: int) -> bool:
+        """Whether the step in flight gives way, before `layer`, to a prompt that arrived
+        during it and would run alone before the decoders' next step anyway (`alone_tokens`):
+        its step is planned now (`_cut_in`) and runs first, and this one runs again after.
+
+        Without it, a newcomer waits for the rest of the step in flight, on average half a
+        decode step: with 31 decoders (36-42 ms a step) that was most of the gap between a
+        37-token prompt's time to first token under load (65-69 ms) and idle (30-42 ms). The
+        decoders pay the part of their step already done, at most CUT_IN_SHARE of it, on top
+        of the prompt's step they would wait for anyway. Only a step planned by `schedule`
+        gives way, not one right after a prompt's own step (decoders wait one at most), and
+        not while a burst's requests still start together (`burst_pending`).
+        """
+        if not self._arrived or layer >= self._cut_in_layers:
+            return False
+        with self._lock:
+            self._arrived = False
+            if self.scheduler.burst_pending():
+                return False
+            alone = self.pacer.alone_tokens(self.scheduler.decoders(), self.scheduler.starting())
+            self._cut_in = self.scheduler.schedule_alone(alone)
+        return self._cut_in is not None
 
     def _seed_pacer(self) -> None:
         """Once the runner's compiled step is warm, its per-bucket step times seed the pacer
@@ -315,6 +367,8 @@ class Engine:
         """One logits row per sampling sequence; None when the pass failed its whole batch."""
         try:
             return self.runner.forward(batch, self.cache)
+        except StepInterrupted:
+            raise
         except Exception as exc:
             self._fail_batch(batch, exc)
             return None

@@ -40,3 +40,8 @@ class EngineStopped(EngineError):
 
 class UnsupportedModel(EngineError):
     """The model's architecture has no runner here; the message names those that do."""
+
+
+class StepInterrupted(Exception):
+    """The step in flight gave way to a newcomer's prompt (the engine's own signal, never a
+    caller's): nothing it computed is kept, and its batch runs again next."""

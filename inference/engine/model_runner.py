@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import torch
@@ -29,7 +30,8 @@ from inference.engine.compiled_decode import (
     StepPlan,
     run_stack,
 )
-from inference.engine.errors import UnsupportedModel
+from inference.engine.decode_attention import CompiledAttention, Kernel, fused_attention
+from inference.engine.errors import StepInterrupted, UnsupportedModel
 from inference.engine.kv_cache import KVCache, KVSpec
 from inference.engine.weights.layers import LayerProjections, dense_projection, layer_linears
 from inference.engine.weights.projection import Projection
@@ -107,6 +109,7 @@ class LlamaRunner:
         self.layers = list(model.model.layers)
         self.weights = weights
         self.compiled: CompiledDecode | None = None
+        self.attention: Kernel = fused_attention
         self.compile_state = "off"
         self.compile_seconds: dict[int, float] = {}
         self.projections = projections or [self.dense_layer(layer) for layer in self.layers]
@@ -124,7 +127,7 @@ class LlamaRunner:
             num_layers=len(self.layers),
             num_kv_heads=self.num_kv_heads,
             head_dim=self.head_dim,
-            dtype=kv_dtype(parameter),
+            dtype=parameter.dtype,
             device=parameter.device,
         )
         self.qkv_sizes = [
@@ -163,12 +166,18 @@ class LlamaRunner:
             try:
                 with torch.compiler.set_stance("fail_on_recompile"):
                     return compiled.run(step)
+            except StepInterrupted:
+                raise
             except Exception as exc:  # any compiler fault: this step and the rest run eagerly
                 self._compile_failed(exc)
         return run_stack(self.stack, step, len(step.token_ids), len(step.logit_rows))
 
-    def _step_plan(self, batch: StepBatch, cache: KVCache) -> StepPlan:
-        """The step's rows in order (decode tokens, then each chunk's), and their attention."""
+    def _step_plan(
+        self, batch: StepBatch, cache: KVCache, attention: Kernel | None = None
+    ) -> StepPlan:
+        """The step's rows in order (decode tokens, then each chunk's), and their attention
+        (decode rows on `attention`, by default the runner's kernel)."""
+        kernel = attention or self.attention
         device = self.kv_spec.device
         token_ids = list(batch.decode_token_ids)
         slots = list(batch.decode_slots)
@@ -195,7 +204,11 @@ class LlamaRunner:
             keys, values = stored[0], stored[1]
             dtype = q.dtype
             q = q.reshape(q.shape[0], -1).to(stored.dtype)
-            parts = [self._decode_attention(q[:decoders], keys, values, decode)] if decode else []
+            parts = (
+                [self._decode_attention(q[:decoders], keys, values, decode, kernel)]
+                if decode
+                else []
+            )
             offset = decoders
             for chunk, visible in zip(batch.chunks, chunk_visible, strict=True):
                 size = len(chunk.token_ids)
@@ -205,7 +218,7 @@ class LlamaRunner:
                 offset += size
             return (parts[0] if len(parts) == 1 else torch.cat(parts)).to(dtype)
 
-        return StepPlan(token_ids, positions, logit_rows, attend, device)
+        return StepPlan(token_ids, positions, logit_rows, attend, device, batch.interrupt)
 
     def compile_decode(self, buckets: tuple[int, ...] = BUCKETS) -> threading.Thread:
         """Build the compiled decode step in a background thread; steps run eagerly meanwhile.
@@ -219,11 +232,13 @@ class LlamaRunner:
             try:
                 with torch.inference_mode():
                     compiled = CompiledDecode(self, buckets)
-                    compiled.warm(self._step_plan)
+                    attention = CompiledAttention(self.groups)
+                    compiled.warm(partial(self._step_plan, attention=attention), attention)
             except Exception as exc:  # any compiler fault leaves the engine eager, said once
                 self._compile_failed(exc)
                 return
             self.compile_seconds = compiled.warm_seconds
+            self.attention = attention
             self.compiled = compiled
             self.compile_state = "ready"
 
@@ -234,6 +249,7 @@ class LlamaRunner:
     def _compile_failed(self, exc: Exception) -> None:
         """Fall back to the eager step for good, with one log line saying why."""
         self.compiled = None
+        self.attention = fused_attention
         self.compile_state = f"failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
         log.warning("compiled decode unavailable, running eagerly: %s", self.compile_state)
 
@@ -329,18 +345,28 @@ class LlamaRunner:
         return mask.masked_fill_(~visible, float("-inf"))
 
     def _decode_attention(
-        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, plan: list[DecodeGroup]
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        plan: list[DecodeGroup],
+        kernel: Kernel,
     ) -> torch.Tensor:
         """Grouped attention of one query per decode sequence over its cached keys."""
         if len(plan) == 1 and plan[0].rows is None:
-            return self._attend_group(q, keys, values, plan[0])
+            return self._attend_group(q, keys, values, plan[0], kernel)
         out = q.new_empty(q.shape[0], self.num_heads * self.head_dim)
         for group in plan:
-            out[group.rows] = self._attend_group(q[group.rows], keys, values, group)
+            out[group.rows] = self._attend_group(q[group.rows], keys, values, group, kernel)
         return out
 
     def _attend_group(
-        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, group: DecodeGroup
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        group: DecodeGroup,
+        kernel: Kernel,
     ) -> torch.Tensor:
         n = q.shape[0]
         q = q.view(n, self.num_kv_heads, self.groups, self.head_dim)
@@ -354,10 +380,9 @@ class LlamaRunner:
         else:
             k = keys[: group.span, :, : group.longest]
             v = values[: group.span, :, : group.longest]
-        # The g query heads sharing a KV head are g queries of one SDPA head: no mask between
-        # them, one read of K and V. SDPA's fused CPU kernel is 2-5x the matmul-softmax-matmul
-        # it replaced here (bf16 and float32, 1 to 32 rows, docs/engine.md).
-        out = scaled_dot_product_attention(q, k, v, attn_mask=group.visible, scale=self.scaling)
+        # The g query heads sharing a KV head are g queries of one head: no mask between
+        # them, one read of K and V (decode_attention.py).
+        out = kernel(q, k, v, group.visible, self.scaling)
         if group.scatter is not None:
             out = out[group.scatter]
         return out.reshape(n, self.num_heads * self.head_dim)
@@ -380,21 +405,6 @@ class LlamaRunner:
             q, k, v, attn_mask=visible, scale=self.scaling, enable_gqa=True
         )
         return out[0].transpose(0, 1).reshape(size, self.num_heads * self.head_dim)
-
-
-def kv_dtype(parameter: torch.Tensor) -> torch.dtype:
-    """The KV cache's dtype: the model's, but float32 on the CPU under a 16-bit model.
-
-    Attention reads the cache and nothing else, and torch's fused CPU kernel is slower on
-    bfloat16 than on float32, which it converts to anyway (2-core AMD EPYC with AVX-512 BF16,
-    one layer, 2026-12-02): 32 decode rows over 64 keys 365 against 213 µs, over 128 keys
-    587 against 367; one row over 576 keys 91 against 48 µs, so one stream's step grows half
-    as much with its length. The price is twice the cache's memory per position (46 KB for
-    SmolLM2); a GPU keeps the model's dtype.
-    """
-    if parameter.device.type == "cpu" and parameter.element_size() < 4:
-        return torch.float32
-    return parameter.dtype
 
 
 def key_extent(end: int, capacity: int) -> int:

@@ -2,7 +2,7 @@
 
 The storage is fresh zero pages (`kv_cache.zero_pages`): a page takes memory, and costs a page
 fault, when first written. A 4 KiB page holds 32 positions of one (layer, K or V, slot, head)
-row in bfloat16 (16 in float32, the CPU cache's dtype: `model_runner.kv_dtype`), so a decoder
+row in bfloat16 (16 under a float32 model), so a decoder
 faults 180 pages (SmolLM2: 30 layers x 2 x 3 heads) every 32 (16) tokens; and
 requests that started together cross those boundaries in the same step. With 31 decoders
 that was one step in 32 costing 130-196 ms against 75-100 (5,580 faults in one step, the

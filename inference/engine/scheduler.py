@@ -2,7 +2,8 @@
 
 Policy, per step, under a token budget (`max_step_tokens`):
 0. a waiting prompt short enough for the pacer's `alone_tokens` goes in whole, in a
-   prefill-only step before the decoders' next one (never two such steps in a row);
+   prefill-only step before the decoders' next one (never two such steps in a row; one
+   arriving during the decoders' step may cut into it: `Engine._interrupt`);
 1. every running sequence that is decoding feeds its one token;
 2. the prompt budget goes to prompt chunks, shortest remaining prompt first, among the
    sequences still prefilling (long prompts admitted earlier) and the waiting requests that
@@ -148,6 +149,11 @@ class Scheduler:
                 prefill_keys -= planned * seq.num_computed
         self.cache.fault_ahead()
         return batch if batch.sequences else None
+
+    @property
+    def after_alone(self) -> bool:
+        """Whether the last step planned was a prefill-only one (`schedule_alone`)."""
+        return self._alone_last
 
     def schedule_alone(self, max_tokens: int) -> StepBatch | None:
         """A prefill-only step of whole waiting prompts (shortest first, at most `max_tokens`

@@ -23,6 +23,7 @@ class EngineStats:
     kv_slots_used: int
     kv_slots_max: int
     steps: int
+    steps_interrupted: int
     tokens_generated: int
     prompt_tokens_processed: int
     requests_finished: int
@@ -33,6 +34,7 @@ class Counters:
     """The loop's running totals; only the engine thread writes them."""
 
     steps: int = 0
+    steps_interrupted: int = 0
     tokens_generated: int = 0
     prompt_tokens_processed: int = 0
     requests_finished: int = 0
@@ -51,6 +53,7 @@ def snapshot(scheduler: Scheduler, cache: KVCache, counters: Counters) -> Engine
         kv_slots_used=len(lengths),
         kv_slots_max=cache.max_slots,
         steps=counters.steps,
+        steps_interrupted=counters.steps_interrupted,
         tokens_generated=counters.tokens_generated,
         prompt_tokens_processed=counters.prompt_tokens_processed,
         requests_finished=counters.requests_finished,
