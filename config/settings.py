@@ -278,7 +278,7 @@ try:
         int(size)
         for size in env_list(
             "TANDEM_COMPILE_BUCKETS",
-            ["1", "2", "4", "8", "16", "32", "48", "64", "128", "256", "512"],
+            ["1", "2", "4", "8", "16", "32", "40", "48", "64", "128", "256", "512"],
         )
     )
 except ValueError as exc:

@@ -39,8 +39,10 @@ log = logging.getLogger(__name__)
 # 48: a full engine's 31-32 decoders plus a paced prompt chunk. Next to them the smallest
 # mixed step was the 64-row graph, 58-99 ms against their 42-45 ms decode step while a
 # 2,000-token prompt prefilled (2-core AMD EPYC, 2026-12-02): the pacer could not keep it
-# within its multiple, and the decoders' ITL p99 went to 2.7x their p50 before.
-BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 128, 256, 512)
+# within its multiple, and the decoders' ITL p99 went to 2.7x their p50 before. 40: late in a
+# long prompt its chunk is the pacer's floor (8 tokens) beside 31 decoders, 39 rows, which the
+# 48-row graph padded by 9 (80-97 ms steps against a 40-45 ms decode step).
+BUCKETS = (1, 2, 4, 8, 16, 32, 40, 48, 64, 128, 256, 512)
 # Rows a graph computes logits for (at most; the rest are padding): every decoder of a full
 # engine (max_running 32) plus nothing else; a step that samples more runs eagerly.
 LOGIT_ROWS = 32
