@@ -1,4 +1,4 @@
-"""Decode attention: one query group per sequence over its cached keys, as one generated loop.
+"""Decode attention: one query group per sequence over its cached keys, as inductor's loops.
 
 Decode rows are `n` sequences x `kv_heads` x `groups` queries (the query heads sharing a KV
 head), each over its own L cached keys. torch's fused CPU attention treats every (sequence,
@@ -7,7 +7,7 @@ decoders, so it reads the cache at a fraction of memory speed. Over the engine's
 (every layer's K/V cold in memory, 4 KiB pages) 31 rows cost, per step of 30 layers, 12.8 /
 24.9 / 39.4 / 61.9 ms over 64 / 160 / 320 / 576 keys in float32 (2-core AMD EPYC with
 AVX-512 BF16, 2026-12-02); the same arithmetic written as broadcasts and sums, compiled by
-inductor with the key count dynamic, is one fused loop nest: 10.0 / 15.5 / 26.9 / 45.4 ms in
+inductor with the key count dynamic, runs as generated loops: 10.0 / 15.5 / 26.9 / 45.4 ms in
 float32 and 7.9 / 15.2 / 24.8 / 40.1 ms over a bfloat16 cache (half the bytes), which is
 why the CPU cache keeps the model's dtype.
 
@@ -84,5 +84,7 @@ class CompiledAttention:
             view = keys[:rows, :, :WARM_KEYS], values[:rows, :, :WARM_KEYS]
             gathered = tuple(t[:, :, :WARM_KEYS].index_select(0, picked) for t in (keys, values))
             for k, v in (gathered, view):
+                # Sizes that happen to be equal here (keys and head_dim, say) keep separate
+                # symbols: tied, the first step that parts them would need another graph.
                 with shape_config.patch(use_duck_shape=False):
                     self(q, k, v, mask, scale)
