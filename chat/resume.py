@@ -91,7 +91,12 @@ class Resume:
 
     def show(self, part: dict) -> None:
         """The client was given this part's text up to its seq."""
-        self.seen[part["id"]] = max(self.seen.get(part["id"], 0), part["seq"])
+        self.holds(part["id"], part["seq"])
+
+    def holds(self, part_id: int, seq: int) -> None:
+        """The client has the part's pieces up to `seq` (a reconnect's Last-Event-ID and the
+        pieces caught up after it)."""
+        self.seen[part_id] = max(self.seen.get(part_id, 0), seq)
 
 
 def catch_up(part: dict, after_seq: int) -> tuple[list[dict], dict]:

@@ -33,7 +33,7 @@ from django.db import close_old_connections
 from django.http import Http404, HttpRequest, HttpResponse
 
 from chat import direct, fanout
-from chat.models import Message
+from chat.models import Message, Part
 from chat.resume import Resume, catch_up, live, send_now
 from chat.snapshot import message_payload
 from inference.api.sse import sse_response
@@ -158,13 +158,22 @@ def close_on(loop: asyncio.AbstractEventLoop, reader: fanout.Reader) -> None:
         loop.call_soon_threadsafe(reader.close)
 
 
-async def opening(payload: dict, message_id: int, resume_from: int | None) -> AsyncIterator[bytes]:
-    """The snapshot's frames; on a reconnect, each part's pieces after `resume_from` first."""
+async def opening(
+    payload: dict, message_id: int, resume_from: int | None, resume: Resume
+) -> AsyncIterator[bytes]:
+    """The snapshot's frames; on a reconnect, each part's pieces after `resume_from` first.
+
+    What the client then holds of a text part (up to `resume_from`, and the pieces sent
+    after it) goes into `resume`: the snapshot's own seq can lag behind it (a delta is
+    published before the live tail holds it), and live deltas from that seq on would repeat
+    what the client has."""
     for part in payload["parts"]:
         if resume_from is not None:
             deltas, part = await shared_executor(catch_up)(part, resume_from)
             for delta in deltas:
                 yield event_frame(delta)
+            if part["kind"] == Part.Kind.TEXT:
+                resume.holds(part["id"], deltas[-1]["seq"] if deltas else resume_from)
         yield frame("part.state", part)
     yield frame("message.state", {"message_id": message_id, "status": payload["status"]})
 
@@ -187,7 +196,7 @@ async def stream(
     try:
         resume = Resume(payload["parts"], message_id=message_id)
         status = payload["status"]
-        async for opened in opening(payload, message_id, resume_from):
+        async for opened in opening(payload, message_id, resume_from, resume):
             yield opened
         del payload
         if status != "in_progress":

@@ -156,3 +156,21 @@ def test_sse_streams_hold_no_thread_each(server):
         for stream in streams:
             stream.close()
     assert held - before < 5, (before, held)
+
+
+def test_sse_reconnect_ahead_of_the_snapshot_repeats_nothing(server):
+    """The client has seq 5 (its delta was published before the live tail held it); the
+    snapshot says 4. The next live delta spans 5..6: only 6 may reach the client."""
+    session = signed_in(server, "resume-ahead")
+    part = streaming_reply(get_user_model().objects.get(username="resume-ahead"))
+    url = f"{server.url}/m/{part.message_id}/events"
+    seen: list[Shown] = []
+    with session.get(url, stream=True, timeout=30, headers={"Last-Event-ID": "5"}) as response:
+        live_text.append(part.pk, "!", "?")
+        conversation_id = part.message.conversation_id
+        events.send(conversation_id, events.delta_event(part.pk, part.message_id, 6, "!?", first=5))
+        part_transition(part.pk, Part.State.SUCCEEDED, text="Hello world!?", seq=6)
+        for event in read_events(response):
+            seen.append(shown(event["event"], event["data"]))
+    deltas = [data for kind, data in seen if kind == "part.delta"]
+    assert deltas == [{"part_id": part.pk, "first": 6, "seq": 6, "text": "?"}]
