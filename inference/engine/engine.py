@@ -285,9 +285,8 @@ class Engine:
         except StepInterrupted:
             cut_in, self._cut_in = self._cut_in, None
             self._counts.steps_interrupted += 1
-            if cut_in is not None:
-                self._admitted(cut_in)
-                self._run(cut_in)
+            self._admitted(cut_in)
+            self._run(cut_in)
             batch.interrupt = None
             self._run(batch)
 
@@ -314,8 +313,7 @@ class Engine:
             else:
                 starting = self.scheduler.starting()
                 after_alone = self.scheduler.after_alone
-                alone = self.pacer.alone_tokens(decoders, starting)
-                batch = self.scheduler.schedule_alone(alone)
+                batch = self._plan_alone(decoders, starting)
                 if batch is None:
                     tokens = self.pacer.budget(decoders, starting)
                     keys = self.pacer.keys(decoders, tokens, starting)
@@ -325,6 +323,10 @@ class Engine:
         if batch is not None:
             self._admitted(batch)
         return batch
+
+    def _plan_alone(self, decoders: int, starting: int) -> StepBatch | None:
+        """The prefill-only step of whole short prompts the pacer allows next (the lock held)."""
+        return self.scheduler.schedule_alone(self.pacer.alone_tokens(decoders, starting))
 
     def _admitted(self, batch: StepBatch) -> None:
         for seq in batch.admitted:
@@ -349,8 +351,7 @@ class Engine:
             self._arrived = False
             if self.scheduler.burst_pending():
                 return False
-            alone = self.pacer.alone_tokens(self.scheduler.decoders(), self.scheduler.starting())
-            self._cut_in = self.scheduler.schedule_alone(alone)
+            self._cut_in = self._plan_alone(self.scheduler.decoders(), self.scheduler.starting())
         return self._cut_in is not None
 
     def _seed_pacer(self) -> None:
