@@ -19,6 +19,7 @@ bench/results/.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -53,6 +54,7 @@ RESULTS = ROOT / "bench" / "results"
 STEP_TOKENS = 512
 IN_PROCESS = ["naive", "kv_loop", "hf_static", "hf_generate_batch", report.TANDEM]
 SERVED = [llamacpp_http.NAME, tandem_http.NAME, vllm_cpu.NAME]
+RUNS = itertools.count()  # numbers each run's prompts (`chat_prompts`)
 
 
 def parse() -> argparse.Namespace:
@@ -123,35 +125,46 @@ def median_run(runs: list[Figures]) -> Figures:
     return sorted(runs, key=lambda r: r.tokens_per_s)[len(runs) // 2]
 
 
+def round_runners(model, tokenizer, tandem: TandemPeer | None, n: int, n_tokens: int, run: int):
+    """Each in-process peer's burst of n prompts numbered for this round (`chat_prompts`)."""
+    prompts, texts = chat_prompts(tokenizer, n, run), chat_texts(tokenizer, n, run)
+    runners = {
+        "naive": partial(naive.run, model, tokenizer, texts, n_tokens),
+        "kv_loop": partial(kv_loop.run, model, tokenizer, texts, n_tokens),
+        "hf_static": partial(hf_static.run, model, tokenizer, prompts, n_tokens),
+        "hf_generate_batch": partial(
+            hf_generate_batch.run_burst, model, tokenizer, prompts, n_tokens, STEP_TOKENS
+        ),
+    }
+    if tandem is not None:
+        runners[report.TANDEM] = partial(tandem.run, prompts, burst(n), n_tokens)
+    return runners
+
+
 def burst_rows(args, model, tokenizer, tandem: TandemPeer | None) -> list[Figures]:
     """Every selected peer at every streams level, a burst, `--repeats` rounds in turn; the
     median round of each peer is its row.
 
-    The peers' first round at a level meets memory they never touched (the engine's KV
-    pages, the heap's blocks for HF's cache): 2.2-2.4 s against 1.4-1.8 s later for either
-    at 32 streams, and this machine's speed swings by ±25% from one round to the next.
+    Every round's prompts are new questions (`chat_prompts`'s numbering, the same for every
+    peer), so what Tandem reuses from its KV cache is the chat template's system prompt, not
+    the last round's prompts. The peers' first round at a level meets memory they never
+    touched (the engine's KV pages, the heap's blocks for HF's cache): 2.2-2.4 s against
+    1.4-1.8 s later for either at 32 streams, and this machine's speed swings by ±25% from
+    one round to the next.
     """
     rows: list[Figures] = []
     n_tokens, chosen = args.new_tokens, set(args.peers)
+    if tandem is None:
+        chosen.discard(report.TANDEM)
     for n in args.streams:
-        prompts, texts = chat_prompts(tokenizer, n), chat_texts(tokenizer, n)
-        runners = {
-            "naive": partial(naive.run, model, tokenizer, texts, n_tokens),
-            "kv_loop": partial(kv_loop.run, model, tokenizer, texts, n_tokens),
-            "hf_static": partial(hf_static.run, model, tokenizer, prompts, n_tokens),
-            "hf_generate_batch": partial(
-                hf_generate_batch.run_burst, model, tokenizer, prompts, n_tokens, STEP_TOKENS
-            ),
-        }
-        if tandem is not None:
-            runners[report.TANDEM] = partial(tandem.run, prompts, burst(n), n_tokens)
         chosen_here = [
             name
-            for name in runners
+            for name in IN_PROCESS
             if name in chosen and (name != "naive" or n <= args.naive_max_streams)
         ]
         rounds = {name: [] for name in chosen_here}
         for _ in range(args.repeats):
+            runners = round_runners(model, tokenizer, tandem, n, n_tokens, next(RUNS))
             for name in chosen_here:
                 rounds[name].append(summarise(name, "burst", n_tokens, runners[name]()))
         for name in chosen_here:
@@ -169,7 +182,7 @@ def peer_rows(args, model, tokenizer, tandem: TandemPeer | None) -> list[Figures
     n_tokens, chosen = args.new_tokens, set(args.peers)
     add = adder(rows, n_tokens)
     for n in (n for n in args.streams if n > 1):
-        prompts, offsets = chat_prompts(tokenizer, n), poisson(n, args.mean_gap)
+        prompts, offsets = chat_prompts(tokenizer, n, next(RUNS)), poisson(n, args.mean_gap)
         if "hf_generate_batch" in chosen:
             add(
                 "hf_generate_batch",

@@ -38,14 +38,24 @@ def chat_messages(n: int) -> list[list[dict[str, str]]]:
     return [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(n)]
 
 
-def chat_texts(tokenizer: PreTrainedTokenizerBase, n: int) -> list[str]:
+def chat_texts(tokenizer: PreTrainedTokenizerBase, n: int, run: int | None = None) -> list[str]:
     """The first n prompts (cycling) rendered through the chat template, as text."""
-    return [tokenizer.decode(ids) for ids in chat_prompts(tokenizer, n)]
+    return [tokenizer.decode(ids) for ids in chat_prompts(tokenizer, n, run)]
 
 
-def chat_prompts(tokenizer: PreTrainedTokenizerBase, n: int) -> list[list[int]]:
-    """The first n prompts (cycling) as chat-template token ids."""
+def chat_prompts(
+    tokenizer: PreTrainedTokenizerBase, n: int, run: int | None = None
+) -> list[list[int]]:
+    """The first n prompts (cycling) as chat-template token ids.
+
+    With `run`, each prompt is numbered (n per run, so no two runs share a question): an
+    engine that reuses what its KV cache still holds (Tandem, llama.cpp's server) then finds
+    only the template's system prompt from earlier runs, as a chat service meets new
+    questions, not the previous round's whole prompts again.
+    """
     texts = [PROMPTS[i % len(PROMPTS)] for i in range(n)]
+    if run is not None:
+        texts = [f"Request {run * n + i + 1}. {text}" for i, text in enumerate(texts)]
     return [chat_prompt_ids(tokenizer, [{"role": "user", "content": t}]) for t in texts]
 
 

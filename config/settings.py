@@ -336,6 +336,9 @@ TANDEM_MAX_RUNNING = env_int("TANDEM_MAX_RUNNING", 32)
 TANDEM_MAX_WAITING = env_int("TANDEM_MAX_WAITING", 256)
 TANDEM_MAX_STEP_TOKENS = env_int("TANDEM_MAX_STEP_TOKENS", 512)
 TANDEM_MAX_SEQ_LEN = env_int("TANDEM_MAX_SEQ_LEN", 2048)
+# A prompt starting with tokens a free KV slot still holds (the system prompt, a conversation's
+# earlier turns) skips prefilling them (docs/engine.md, "Prefix reuse").
+TANDEM_PREFIX_REUSE = env_bool("TANDEM_PREFIX_REUSE", True)
 TANDEM_DEFAULT_MAX_NEW_TOKENS = env_int("TANDEM_DEFAULT_MAX_NEW_TOKENS", 256)
 # The chat: a new conversation's settings (each conversation may change its own), the
 # repetition penalty of every reply, input size, and replies in progress per user. The

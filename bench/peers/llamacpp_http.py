@@ -2,9 +2,10 @@
 
 One server per streams level with `--parallel N` (N slots, continuous batching, its default),
 each slot with context for the longest prompt plus the new tokens. Prompt caching is off, in the
-server and in each request: Tandem has no prefix cache, and the bench repeats the same prompts,
-so a cache would let llama.cpp skip the prefill Tandem pays. Requests ask for `ignore_eos`, so
-every stream generates exactly max_tokens, as Tandem's do.
+server and in each request, as Tandem's prefix reuse is in its server here (tandem_http.py): the
+bench repeats the same prompts over HTTP, so either cache would skip the prefill the other
+pays. Requests ask for `ignore_eos`, so every stream generates exactly max_tokens, as Tandem's
+do.
 """
 
 from __future__ import annotations

@@ -54,6 +54,8 @@ class Settings:
             "TANDEM_DTYPE": self.dtype,
             "TANDEM_WEIGHTS": self.weights,
             "TANDEM_COMPILE": "1" if self.compile else "0",
+            # The HTTP rounds repeat their prompts; llama.cpp's prompt cache is off too.
+            "TANDEM_PREFIX_REUSE": "0",
             "TANDEM_LOG_FORMAT": "plain",
             "LOG_LEVEL": "WARNING",
         }

@@ -21,6 +21,9 @@ class EngineConfig:
 
     `prefill_multiple` bounds a step that feeds prompt tokens next to decoders to that many
     decode steps (pacing.py); None lets prefill take the whole `max_step_tokens`.
+
+    `prefix_reuse`: a prompt starts after the longest start of it that a free slot's rows
+    still hold (kv_cache.py), instead of prefilling those tokens again.
     """
 
     max_running: int = 32
@@ -30,6 +33,7 @@ class EngineConfig:
     kv_initial_tokens: int | None = None
     prefill_multiple: float | None = 1.6
     kv_release_after_s: float = 30.0
+    prefix_reuse: bool = True
 
     def validate(self) -> None:
         """Reject settings under which the loop could not make progress."""

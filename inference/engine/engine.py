@@ -90,6 +90,7 @@ class Engine:
             self.config.max_running,
             self.config.max_waiting,
             self.config.max_step_tokens,
+            self.config.prefix_reuse,
         )
         self.pacer = PrefillPacer(
             self.config.max_step_tokens,
@@ -457,7 +458,7 @@ class Engine:
     ) -> EngineEvent:
         """Free the request's KV and queue place now; returns its final event to emit."""
         if seq.status is Status.RUNNING:
-            self.scheduler.release(seq)
+            self.scheduler.release(seq, keep=reason is not FinishReason.ERROR)
         elif seq.status is Status.WAITING:
             with self._lock:
                 self.scheduler.remove_waiting(seq)

@@ -16,12 +16,19 @@ stalled every decoder: 1.1, 3.7 and 2.9 s under load inside the step, and a shri
 stay while the engine works: a page given back when the cache empties was faulted in again
 by the next requests, ~2.4 µs a page, 180 pages per 16 positions of a slot (SmolLM2, float32).
 They go back to the system only when the engine has been idle a while (`release_pages`).
+
+A freed slot's rows stay where they are until the slot is taken again, and the cache keeps
+which token ids they hold (`keep`). A new prompt that starts with tokens a free slot holds
+(the chat template's system prompt, a conversation's earlier turns) takes them instead of
+prefilling them again (`allocate_prefix`): positions depend only on the tokens before them,
+so those rows are what its prefill would write.
 """
 
 from __future__ import annotations
 
 import math
 import mmap
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -73,6 +80,8 @@ class KVCache:
         self.pages = PageAhead() if fresh_pages else None
         self._memory: mmap.mmap | None = None
         self._pages_held = False
+        # Free slot -> the token ids its rows hold from positions 0 on (`keep`).
+        self.kept: dict[int, list[int]] = {}
         self.storage = self._allocate(self._min_slots, self._min_capacity)
 
     @property
@@ -135,7 +144,44 @@ class KVCache:
         if self.num_used == self.allocated_slots:
             self._resize(min(self.max_slots, 2 * self.allocated_slots), self.capacity)
         self.lengths.append(0)
+        self.kept.pop(self.num_used - 1, None)
         return self.num_used - 1
+
+    def allocate_prefix(self, token_ids: Sequence[int]) -> tuple[int, int]:
+        """`allocate`, with the longest start of `token_ids` that a free slot holds already in
+        place (copied in when another free slot holds it): (slot, positions held). The last
+        token is never taken: its step must compute the logits that pick the next one."""
+        source, held = -1, 0
+        for slot, kept in self.kept.items():
+            shared = _shared_prefix(kept, token_ids, len(token_ids) - 1)
+            if shared > held:
+                source, held = slot, shared
+        slot = self.num_used
+        if len(self.kept.get(slot, ())) > (held if slot == source else 0):
+            self._save_kept(slot)
+        slot = self.allocate()
+        if held and source != slot:
+            self.storage[:, :, slot, :, :held] = self.storage[:, :, source, :, :held]
+        return slot, held
+
+    def _save_kept(self, slot: int) -> None:
+        """Copy the rows free `slot` keeps into a free slot that keeps none, if there is one:
+        the slot is about to be taken and written past what the new prompt shares with it,
+        and a conversation's rows should outlive other requests."""
+        empty = next(
+            (s for s in range(self.num_used + 1, self.allocated_slots) if s not in self.kept),
+            None,
+        )
+        if empty is not None:
+            ids = self.kept.pop(slot)
+            self.storage[:, :, empty, :, : len(ids)] = self.storage[:, :, slot, :, : len(ids)]
+            self.kept[empty] = ids
+
+    def keep(self, slot: int, token_ids: list[int]) -> None:
+        """Remember that free `slot`'s rows hold `token_ids` (positions 0 on) for a later
+        prompt that starts with them."""
+        if slot >= self.num_used and token_ids:
+            self.kept[slot] = token_ids
 
     def extend(self, slot: int, length: int) -> None:
         """Record that `slot` will hold `length` tokens after this step, growing if needed."""
@@ -172,8 +218,9 @@ class KVCache:
         return moved
 
     def reset(self) -> None:
-        """Free every slot at once (recovery after a fault)."""
+        """Free every slot at once (recovery after a fault), forgetting what they held."""
         self.lengths.clear()
+        self.kept.clear()
         self._maybe_shrink()
 
     @property
@@ -189,6 +236,7 @@ class KVCache:
             return False
         self._memory.madvise(mmap.MADV_DONTNEED)
         self._pages_held = False
+        self.kept.clear()
         self.pages.reset([], self.allocated_slots)
         return True
 
@@ -221,12 +269,27 @@ class KVCache:
         return storage
 
     def _resize(self, slots: int, capacity: int) -> None:
-        """Move to storage of `slots` x `capacity`, copying each slot's used rows."""
+        """Move to storage of `slots` x `capacity`, copying each slot's used rows and the
+        kept rows of free slots that still fit."""
         storage = self._allocate(slots, capacity)
         old = self.storage
         for slot, length in enumerate(self.lengths):
             storage[:, :, slot, :, :length] = old[:, :, slot, :, :length]
+        kept = {s: ids[:capacity] for s, ids in self.kept.items() if s < slots}
+        for slot, ids in kept.items():
+            storage[:, :, slot, :, : len(ids)] = old[:, :, slot, :, : len(ids)]
+        self.kept = kept
         self.storage = storage
+
+
+def _shared_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """How many leading tokens a and b share, at most `limit`."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if n >= limit or x != y:
+            break
+        n += 1
+    return n
 
 
 def zero_pages(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[mmap.mmap, torch.Tensor]:

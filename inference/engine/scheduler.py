@@ -51,9 +51,15 @@ class Scheduler:
     """
 
     def __init__(
-        self, cache: KVCache, max_running: int, max_waiting: int, max_step_tokens: int
+        self,
+        cache: KVCache,
+        max_running: int,
+        max_waiting: int,
+        max_step_tokens: int,
+        reuse_prefixes: bool = True,
     ) -> None:
         self.cache = cache
+        self.reuse_prefixes = reuse_prefixes
         self.max_running = max_running
         self.max_waiting = max_waiting
         self.max_step_tokens = max_step_tokens
@@ -62,6 +68,7 @@ class Scheduler:
         self._by_slot: list[Sequence] = []
         self._mean_duration = 1.0
         self._alone_last = False
+        self.prompt_tokens_reused = 0
 
     def has_work(self) -> bool:
         """Whether a step would do anything."""
@@ -179,9 +186,12 @@ class Scheduler:
         return list(itertools.islice(self.waiting, max(free, 0)))
 
     def _admit(self, seq: Sequence, batch: StepBatch) -> None:
-        """Give a waiting request a slot and make it running."""
+        """Give a waiting request a slot and make it running; the start of its prompt that a
+        free slot's rows still hold counts as computed (`KVCache.allocate_prefix`)."""
         self.waiting.remove(seq)
-        seq.slot = self.cache.allocate()
+        seq.slot, held = self.cache.allocate_prefix(seq.prompt_ids)
+        seq.num_computed = held
+        self.prompt_tokens_reused += held
         seq.status = Status.RUNNING
         seq.admitted_at = time.monotonic()
         self._by_slot.append(seq)
@@ -202,15 +212,23 @@ class Scheduler:
             batch.samplers.append(seq)
         return end - start
 
-    def release(self, seq: Sequence) -> None:
-        """Free a running sequence's slot and KV at once, re-pointing the moved sequence."""
+    def release(self, seq: Sequence, keep: bool = True) -> None:
+        """Free a running sequence's slot and KV at once, re-pointing the moved sequence.
+
+        The slot that becomes free holds the rows of `seq`, or of the sequence moved out of
+        it: the cache keeps their tokens for later prompts (`reuse_prefixes`), unless `seq`
+        failed (`keep` False: its step may have written part of its rows).
+        """
         if seq.slot < 0:
             return
         moved_from = self.cache.free(seq.slot)
+        holder = seq
         if moved_from is not None:
-            moved = self._by_slot[moved_from]
+            holder = moved = self._by_slot[moved_from]
             moved.slot = seq.slot
             self._by_slot[seq.slot] = moved
+        if keep and self.reuse_prefixes:
+            self.cache.keep(self.cache.num_used, holder.cached_ids())
         self._by_slot.pop()
         self.running.remove(seq)
         seq.slot = -1

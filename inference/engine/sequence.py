@@ -82,6 +82,10 @@ class Sequence:
         """Prompt plus generated tokens."""
         return len(self.prompt_ids) + len(self.output_ids)
 
+    def cached_ids(self) -> list[int]:
+        """The tokens whose K/V its slot holds: the first `num_computed` of prompt + output."""
+        return (self.prompt_ids + self.output_ids)[: self.num_computed]
+
     @property
     def text(self) -> str:
         """Every piece of text released so far."""

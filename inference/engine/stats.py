@@ -26,6 +26,7 @@ class EngineStats:
     steps_interrupted: int
     tokens_generated: int
     prompt_tokens_processed: int
+    prompt_tokens_reused: int
     requests_finished: int
 
 
@@ -56,5 +57,6 @@ def snapshot(scheduler: Scheduler, cache: KVCache, counters: Counters) -> Engine
         steps_interrupted=counters.steps_interrupted,
         tokens_generated=counters.tokens_generated,
         prompt_tokens_processed=counters.prompt_tokens_processed,
+        prompt_tokens_reused=scheduler.prompt_tokens_reused,
         requests_finished=counters.requests_finished,
     )

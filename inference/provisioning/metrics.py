@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class EngineStatsCollector(Collector):
     def __init__(self, engine_stats: Callable[[], EngineStats | None]) -> None:
         self.engine_stats = engine_stats
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         stats = self.engine_stats()
         values = {
             "tandem_engine_running_requests": ("Requests decoding now.", "running"),
@@ -109,6 +109,11 @@ class EngineStatsCollector(Collector):
             usage = stats.kv_tokens_used / stats.kv_tokens_capacity
         yield GaugeMetricFamily(
             "tandem_engine_kv_cache_usage_ratio", "Used / allocated KV positions.", value=usage
+        )
+        yield CounterMetricFamily(
+            "tandem_engine_prompt_tokens_reused",
+            "Prompt tokens taken from KV rows a free slot still held, not prefilled again.",
+            value=stats.prompt_tokens_reused if stats else 0,
         )
 
 

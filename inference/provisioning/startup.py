@@ -27,6 +27,7 @@ def engine_config() -> EngineConfig:
         max_waiting=settings.TANDEM_MAX_WAITING,
         max_step_tokens=settings.TANDEM_MAX_STEP_TOKENS,
         max_seq_len=settings.TANDEM_MAX_SEQ_LEN,
+        prefix_reuse=settings.TANDEM_PREFIX_REUSE,
     )
 
 

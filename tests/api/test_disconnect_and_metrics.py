@@ -74,3 +74,13 @@ def test_metrics_expose_latency_histograms_and_gauges(engine_server):
         assert family in text, family
     assert sample(text, "tandem_engine_time_to_first_token_seconds_count") >= 1
     assert sample(text, "tandem_engine_prompt_tokens_total") >= 1
+
+
+def test_metrics_count_prompt_tokens_reused_from_the_kv_cache(engine_server):
+    before = sample(scrape(engine_server), "tandem_engine_prompt_tokens_reused_total")
+    for _ in range(2):
+        post_json(
+            f"{engine_server.url}/generate",
+            {"inputs": "Tell me about the sea and the sky", "parameters": {"max_new_tokens": 2}},
+        )
+    assert sample(scrape(engine_server), "tandem_engine_prompt_tokens_reused_total") > before
