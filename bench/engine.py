@@ -146,11 +146,11 @@ def burst_rows(args, model, tokenizer, tandem: TandemPeer | None) -> list[Figure
     median round of each peer is its row.
 
     Every round's prompts are new questions (`chat_prompts`'s numbering, the same for every
-    peer), so what Tandem reuses from its KV cache is the chat template's system prompt, not
-    the last round's prompts. The peers' first round at a level meets memory they never
-    touched (the engine's KV pages, the heap's blocks for HF's cache): 2.2-2.4 s against
-    1.4-1.8 s later for either at 32 streams, and this machine's speed swings by ±25% from
-    one round to the next.
+    peer), so what Tandem reuses from its KV cache is the chat template's system prompt (and
+    "Request "), not the last round's prompts. The peers' first round at a level meets
+    memory they never touched (the engine's KV pages, the heap's blocks for HF's cache):
+    2.2-2.4 s against 1.4-1.8 s later for either at 32 streams, and this machine's speed
+    swings by ±25% from one round to the next.
     """
     rows: list[Figures] = []
     n_tokens, chosen = args.new_tokens, set(args.peers)

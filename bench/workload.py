@@ -50,8 +50,8 @@ def chat_prompts(
 
     With `run`, each prompt is numbered (n per run, so no two runs share a question): an
     engine that reuses what its KV cache still holds (Tandem, llama.cpp's server) then finds
-    only the template's system prompt from earlier runs, as a chat service meets new
-    questions, not the previous round's whole prompts again.
+    the template's system prompt and "Request " from earlier runs (26-27 of SmolLM2's 40-44
+    tokens), as a chat service meets new questions, not the previous round's whole prompts.
     """
     texts = [PROMPTS[i % len(PROMPTS)] for i in range(n)]
     if run is not None:

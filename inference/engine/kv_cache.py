@@ -26,6 +26,7 @@ so those rows are what its prefill would write.
 
 from __future__ import annotations
 
+import itertools
 import math
 import mmap
 from collections.abc import Sequence
@@ -230,15 +231,35 @@ class KVCache:
 
     def release_pages(self) -> bool:
         """Give an empty CPU cache's written pages back to the system (they read as zeros
-        again and are faulted in anew when written); False when there is nothing to give
-        or a sequence still holds a slot."""
+        again and are faulted in anew when written), but the kept rows of free slots (a
+        conversation's, for its next turn: a few hundred KB each); False when there is
+        nothing to give or a sequence still holds a slot."""
         if self.lengths or not self.holds_pages:
             return False
-        self._memory.madvise(mmap.MADV_DONTNEED)
+        for start, end in self._spans_not_kept():
+            self._memory.madvise(mmap.MADV_DONTNEED, start, end - start)
         self._pages_held = False
-        self.kept.clear()
         self.pages.reset([], self.allocated_slots)
         return True
+
+    def _spans_not_kept(self) -> list[tuple[int, int]]:
+        """Page-aligned byte spans of the storage outside the kept rows, in address order."""
+        layers, halves, slots, heads, capacity, dim = self.storage.shape
+        row = dim * self.storage.element_size()
+        page = mmap.PAGESIZE
+        spans, position = [], 0
+        for layer, half, slot in itertools.product(range(layers), range(halves), range(slots)):
+            held = len(self.kept.get(slot, ()))
+            for head in range(heads if held else 0):
+                block = ((((layer * halves + half) * slots + slot) * heads + head) * capacity) * row
+                keep_start = block - block % page
+                if keep_start > position:
+                    spans.append((position, keep_start))
+                position = max(position, -(-(block + held * row) // page) * page)
+        total = len(self._memory)
+        if total > position:
+            spans.append((position, total))
+        return spans
 
     def _maybe_shrink(self) -> None:
         """Give memory back once use falls to a quarter of either dimension (hysteresis).

@@ -62,9 +62,22 @@ def test_what_a_cache_forgets_its_slots_no_longer_offer() -> None:
     cache.reset()
     assert cache.allocate_prefix([5, 6, 8, 9]) == (0, 0)
     cache.free(0)
-    cache.keep(0, [5, 6, 8])
+
+
+def test_an_idle_cache_gives_back_every_page_but_the_kept_rows() -> None:
+    """`release_pages` keeps what free slots hold for a conversation's next turn; the rest
+    reads as zeros again."""
+    cache = cache_of(length=4096)
+    kept, dropped = [5, 6, 7], [9] * 3000
+    occupy(cache, kept, 1.0)
+    occupy(cache, dropped, 2.0)
+    cache.free(1)
+    cache.free(0)
+    cache.keep(0, kept)
     assert cache.release_pages()
-    assert cache.allocate_prefix([5, 6, 8, 9]) == (0, 0), "released pages read as zeros"
+    assert torch.all(cache.storage[:, :, 0, :, :3] == 1.0)
+    assert float(cache.storage[:, :, 1].abs().sum()) == 0.0
+    assert cache.allocate_prefix([5, 6, 7, 8]) == (0, 3)
 
 
 @pytest.mark.parametrize("reuse", [True, False])
