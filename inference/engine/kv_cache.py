@@ -178,12 +178,6 @@ class KVCache:
             self.storage[:, :, empty, :, : len(ids)] = self.storage[:, :, slot, :, : len(ids)]
             self.kept[empty] = ids
 
-    def keep(self, slot: int, token_ids: list[int]) -> None:
-        """Remember that free `slot`'s rows hold `token_ids` (positions 0 on) for a later
-        prompt that starts with them."""
-        if slot >= self.num_used and token_ids:
-            self.kept[slot] = token_ids
-
     def extend(self, slot: int, length: int) -> None:
         """Record that `slot` will hold `length` tokens after this step, growing if needed."""
         if length > self.max_seq_len:
@@ -201,11 +195,14 @@ class KVCache:
         if capacity > self.capacity:
             self._resize(self.allocated_slots, capacity)
 
-    def free(self, slot: int) -> int | None:
+    def free(self, slot: int, kept: list[int] | None = None) -> int | None:
         """Release a slot at once. Returns the old index of the slot moved into the hole.
 
         The last occupied slot's rows are copied into `slot` (one copy across all layers),
-        keeping slots compacted; the caller re-points that sequence to `slot`.
+        keeping slots compacted; the caller re-points that sequence to `slot`. The last
+        slot's index becomes free with its rows in place: `kept`, the token ids they hold
+        (the moved sequence's, or those of `slot`'s own when it was the last), lets a later
+        prompt that starts with them take them (`allocate_prefix`).
         """
         last = self.num_used - 1
         moved: int | None = None
@@ -215,6 +212,8 @@ class KVCache:
             self.lengths[slot] = length
             moved = last
         self.lengths.pop()
+        if kept:
+            self.kept[last] = kept
         self._maybe_shrink()
         return moved
 

@@ -221,14 +221,13 @@ class Scheduler:
         """
         if seq.slot < 0:
             return
-        moved_from = self.cache.free(seq.slot)
-        holder = seq
+        holder = self._by_slot[-1]  # whose rows the last slot holds: seq's, or the moved one's
+        kept = holder.cached_ids() if keep and self.reuse_prefixes else None
+        moved_from = self.cache.free(seq.slot, kept)
         if moved_from is not None:
-            holder = moved = self._by_slot[moved_from]
+            moved = self._by_slot[moved_from]
             moved.slot = seq.slot
             self._by_slot[seq.slot] = moved
-        if keep and self.reuse_prefixes:
-            self.cache.keep(self.cache.num_used, holder.cached_ids())
         self._by_slot.pop()
         self.running.remove(seq)
         seq.slot = -1

@@ -33,10 +33,8 @@ def test_a_free_slot_s_rows_start_a_prompt_that_begins_with_its_tokens() -> None
     first, second = [5, 6, 7, 8], [5, 6, 9, 9, 9]
     occupy(cache, first, 1.0)
     occupy(cache, second, 2.0)
-    cache.free(1)
-    cache.keep(1, second)
-    cache.free(0)
-    cache.keep(0, first)
+    cache.free(1, second)
+    cache.free(0, first)
     assert cache.kept == {0: first, 1: second}
 
     slot, held = cache.allocate_prefix([5, 6, 9, 9, 4, 4])
@@ -55,13 +53,27 @@ def test_what_a_cache_forgets_its_slots_no_longer_offer() -> None:
     cache = cache_of()
     occupy(cache, [5, 6, 7], 1.0)
     occupy(cache, [5, 6, 8], 2.0)
-    cache.keep(1, [5, 6, 8])
-    assert cache.kept == {}, "a slot in use keeps nothing: its rows are being written"
-    cache.free(1)
-    cache.keep(1, [5, 6, 8])
+    cache.free(0, [5, 6, 7])
+    assert cache.kept == {1: [5, 6, 7]}, "the last slot's index is the one freed"
     cache.reset()
-    assert cache.allocate_prefix([5, 6, 8, 9]) == (0, 0)
-    cache.free(0)
+    assert cache.allocate_prefix([5, 6, 7, 9]) == (0, 0)
+
+
+def test_a_shrinking_cache_keeps_the_free_rows_that_still_fit() -> None:
+    """An accelerator's cache shrinks as it empties: kept rows move with it where they fit."""
+    spec = KVSpec(2, 1, 2, torch.float32, torch.device("cpu"))
+    cache = KVCache(spec, 8, 64, initial_capacity=4, initial_slots=1, fresh_pages=False)
+    for value in range(1, 5):
+        occupy(cache, [value] * 40, float(value))
+    for slot in (3, 2, 1):
+        cache.free(slot, [slot + 1] * 40)
+    assert cache.allocated_slots == 2 and cache.capacity == 64
+    assert cache.kept == {1: [2] * 40}
+    assert torch.all(cache.storage[:, :, 1, :, :40] == 2.0)
+    cache.free(0, [1] * 40)
+    assert (cache.allocated_slots, cache.capacity) == (1, 4)
+    assert cache.kept == {0: [1] * 4}
+    assert cache.allocate_prefix([1] * 6) == (0, 4)
 
 
 def test_an_idle_cache_gives_back_every_page_but_the_kept_rows() -> None:
@@ -72,8 +84,7 @@ def test_an_idle_cache_gives_back_every_page_but_the_kept_rows() -> None:
     occupy(cache, kept, 1.0)
     occupy(cache, dropped, 2.0)
     cache.free(1)
-    cache.free(0)
-    cache.keep(0, kept)
+    cache.free(0, kept)
     assert cache.release_pages()
     assert torch.all(cache.storage[:, :, 0, :, :3] == 1.0)
     assert float(cache.storage[:, :, 1].abs().sum()) == 0.0
