@@ -18,7 +18,7 @@ by the next requests, ~2.4 µs a page, 180 pages per 16 positions of a slot (Smo
 They go back to the system only when the engine has been idle a while (`release_pages`).
 
 A freed slot's rows stay where they are until the slot is taken again, and the cache keeps
-which token ids they hold (`keep`). A new prompt that starts with tokens a free slot holds
+which token ids they hold (`free`'s `kept`). A new prompt that starts with tokens a free slot holds
 (the chat template's system prompt, a conversation's earlier turns) takes them instead of
 prefilling them again (`allocate_prefix`): positions depend only on the tokens before them,
 so those rows are what its prefill would write.
@@ -81,7 +81,7 @@ class KVCache:
         self.pages = PageAhead() if fresh_pages else None
         self._memory: mmap.mmap | None = None
         self._pages_held = False
-        # Free slot -> the token ids its rows hold from positions 0 on (`keep`).
+        # Free slot -> the token ids its rows hold from positions 0 on (`free`'s `kept`).
         self.kept: dict[int, list[int]] = {}
         self.storage = self._allocate(self._min_slots, self._min_capacity)
 
@@ -293,21 +293,21 @@ class KVCache:
         kept rows of free slots that still fit."""
         storage = self._allocate(slots, capacity)
         old = self.storage
-        for slot, length in enumerate(self.lengths):
+        self.kept = {s: ids[:capacity] for s, ids in self.kept.items() if s < slots}
+        rows = dict(enumerate(self.lengths)) | {s: len(ids) for s, ids in self.kept.items()}
+        for slot, length in rows.items():
             storage[:, :, slot, :, :length] = old[:, :, slot, :, :length]
-        kept = {s: ids[:capacity] for s, ids in self.kept.items() if s < slots}
-        for slot, ids in kept.items():
-            storage[:, :, slot, :, : len(ids)] = old[:, :, slot, :, : len(ids)]
-        self.kept = kept
         self.storage = storage
 
 
 def _shared_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
-    """How many leading tokens a and b share, at most `limit`."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if n >= limit or x != y:
-            break
+    """How many leading tokens a and b share, at most `limit`. A conversation's next prompt
+    holds its earlier turns whole: one slice comparison (C speed) answers that case."""
+    limit = max(min(len(a), len(b), limit), 0)
+    if a[:limit] == b[:limit]:
+        return limit
+    n = 0  # they differ before `limit`
+    while a[n] == b[n]:
         n += 1
     return n
 
