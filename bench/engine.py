@@ -61,7 +61,9 @@ def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, chart to results/")
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16, every peer")
-    parser.add_argument("--weights", default="auto", help="auto | bf16 | q4, Tandem only")
+    parser.add_argument(
+        "--weights", default="auto", help="auto | bf16 | int8 | fp16 | q4, Tandem only"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument(
         "--no-compile", action="store_true", help="Tandem's eager step only (TANDEM_COMPILE=0)"

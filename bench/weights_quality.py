@@ -1,6 +1,8 @@
-"""What TANDEM_WEIGHTS=q4 and int8 cost in quality and gain in speed against bf16 (SmolLM2).
+"""What TANDEM_WEIGHTS=q4 and int8 cost in quality and gain in speed against bf16 (SmolLM2),
+or (--fp16) what fp16 costs and gains against the float32 weights of a float32 model.
 
     .venv/bin/python -m bench.weights_quality            # figures in docs/engine.md
+    .venv/bin/python -m bench.weights_quality --fp16
 
 Quality: greedy agreement with the bf16 model over the 16 bench prompts × 64 tokens (q4 and
 int8 one request at a time, so every decode step runs the weight-only kernel; and with all 16
@@ -82,22 +84,32 @@ def main() -> None:
     parser.add_argument("--speed-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument("--speed-only", action="store_true", help="skip the quality figures")
+    parser.add_argument("--fp16", action="store_true", help="fp16 against a float32 model")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = loading.load(None, "bfloat16")
+    loaded = loading.load(None, "float32" if args.fp16 else "bfloat16")
     model, tokenizer = loaded.model, loaded.tokenizer
-    gguf = model_source.packaged_gguf()
-    runners = {
-        "bf16": build_runner(model, "bf16", None),
-        "q4": build_runner(model, "q4", gguf),
-        "int8": build_runner(model, "int8", None),
-    }
-    scored = {
-        "bf16": runners["bf16"],
-        "q4": build_runner(model, "q4", gguf, max_rows=EVERY_ROW),
-        "int8": build_runner(model, "int8", None, max_rows=EVERY_ROW),
-    }
+    if args.fp16:
+        base, compared = "float32", ("fp16",)
+        runners = {
+            "float32": build_runner(model, "bf16", None),
+            "fp16": build_runner(model, "fp16", None),
+        }
+        scored = runners
+    else:
+        base, compared = "bf16", ("q4", "int8")
+        gguf = model_source.packaged_gguf()
+        runners = {
+            "bf16": build_runner(model, "bf16", None),
+            "q4": build_runner(model, "q4", gguf),
+            "int8": build_runner(model, "int8", None),
+        }
+        scored = {
+            "bf16": runners["bf16"],
+            "q4": build_runner(model, "q4", gguf, max_rows=EVERY_ROW),
+            "int8": build_runner(model, "int8", None, max_rows=EVERY_ROW),
+        }
     text_ids = tokenizer(TEXT.read_text())["input_ids"]
     prompts = chat_prompts(tokenizer, 16)
     config = EngineConfig(max_running=32, max_step_tokens=512)
@@ -108,8 +120,8 @@ def main() -> None:
             if not args.speed_only:
                 ppl = perplexity(scored[name], text_ids)
                 print(f"{name}: perplexity {ppl:.3f} ({len(text_ids)} tokens)", flush=True)
-                outputs[name] = greedy(engine, prompts, args.tokens, together=name == "bf16")
-            if name != "bf16" and not args.speed_only:
+                outputs[name] = greedy(engine, prompts, args.tokens, together=name == base)
+            if name != base and not args.speed_only:
                 outputs[f"{name} batched"] = greedy(engine, prompts, args.tokens, together=True)
             greedy(engine, prompts[:2], 4, together=True)
             one = tok_per_s(engine, prompts[:1], args.speed_tokens)
@@ -119,10 +131,12 @@ def main() -> None:
             engine.shutdown()
     if args.speed_only:
         return
-    for name in ("q4", "q4 batched", "int8", "int8 batched"):
-        same, share = agreement(outputs["bf16"], outputs[name])
-        print(f"{name} vs bf16: {same}/16 identical, {share:.1%} of tokens before a difference")
-    for name in ("q4", "int8"):
+    for name in compared:
+        for run in (name, f"{name} batched"):
+            same, share = agreement(outputs[base], outputs[run])
+            print(
+                f"{run} vs {base}: {same}/16 identical, {share:.1%} of tokens before a difference"
+            )
         same, share = agreement(outputs[name], outputs[f"{name} batched"])
         print(f"{name} alone vs batched: {same}/16 identical, {share:.1%} before a difference")
 

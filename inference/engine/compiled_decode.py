@@ -105,7 +105,9 @@ class _Linear(nn.Module):
     The kernel is fixed when the graph is traced (the bucket's row count is static): the
     weight-only one (int4 or int8) for buckets up to `compiled_max_rows` (the projection's
     eager `max_rows` unless CompiledDecode raises it for inductor's templates), the dense
-    packing above; eager calls switch at `max_rows`, the crossover of ATen's kernels.
+    packing above; eager calls switch at `max_rows`, the crossover of ATen's kernels. An fp16
+    projection's fbgemm matrix is no tensor: the graph calls it through its opaque op, at
+    every bucket.
     """
 
     def __init__(self, projection: Projection) -> None:
@@ -115,7 +117,10 @@ class _Linear(nn.Module):
         self.weight = nn.Parameter(projection.dense, requires_grad=False)
         self.bias = None if projection.bias is None else nn.Parameter(projection.bias, False)
         self.kind = projection.small[0] if projection.small is not None else "dense"
-        if projection.small is not None:
+        self.fp16 = None
+        if self.kind == "fp16":
+            self.fp16 = projection.small[1]
+        elif projection.small is not None:
             packed, scales = projection.small[1]
             self.register_buffer("packed", packed, persistent=False)
             self.register_buffer("scales", scales, persistent=False)
@@ -123,7 +128,8 @@ class _Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         limit = self.compiled_max_rows if torch.compiler.is_compiling() else self.max_rows
         if x.shape[0] <= limit:
-            return small_kernel(x, self.kind, (self.packed, self.scales), self.bias)
+            packing = self.fp16 if self.fp16 is not None else (self.packed, self.scales)
+            return small_kernel(x, self.kind, packing, self.bias)
         return nn.functional.linear(x, self.weight, self.bias)
 
 

@@ -4,10 +4,13 @@
 it, float32 elsewhere). `q4` reads the packaged GGUF's Q4_1 tensors into torch's int4 format.
 `int8` rounds the dense weights to int8 per output row for torch's int8 weight-only kernel
 (any model). Either keeps the dense packing too and uses its weight-only kernel up to the
-row count where it stops winning, measured at start (`crossover.py`). `auto` is int8 when
-the model is on the CPU, torch has the kernel and it wins at one row here, bf16 otherwise:
-q4 is faster still but changes greedy answers (docs/engine.md, "Weight formats"). A format
-that cannot be had falls back to bf16 and says why in one log line.
+row count where it stops winning, measured at start (`crossover.py`). `fp16` rounds a float32
+model's weights to float16 for fbgemm's half-precision GEMM (`fp16.py`), which runs every
+row count. `auto` is fp16 for a float32 model on the CPU (the CPU lacks native bfloat16,
+where fbgemm beats both int8 and the float32 GEMM at every row count measured); for a
+bfloat16 one it is int8 when torch has the kernel and it wins at one row here; bf16
+otherwise: q4 is faster still but changes greedy answers (docs/engine.md, "Weight formats").
+A format that cannot be had falls back to bf16 and says why in one log line.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from transformers import PreTrainedModel
 
 from inference.engine.model_runner import LlamaRunner, runner_for
 from inference.engine.weights.crossover import set_max_rows, small_max_rows
+from inference.engine.weights.fp16 import fp16_kernel_missing
 from inference.engine.weights.layers import LayerProjections, layer_linears, q4_projection
 from inference.engine.weights.projection import GROUP, Projection, kernel_dtype
 from inference.engine.weights.q4 import read_layers
 
 log = logging.getLogger(__name__)
 
-CHOICES = ("auto", "bf16", "q4", "int8")
+CHOICES = ("auto", "bf16", "q4", "int8", "fp16")
 
 
 def int4_kernel_missing() -> str | None:
@@ -57,6 +61,34 @@ def int8_missing(model: PreTrainedModel) -> str | None:
     except (AttributeError, RuntimeError, NotImplementedError) as exc:
         return f"torch {torch.__version__} has no int8 CPU kernel here ({exc})"
     return None
+
+
+def fp16_missing(model: PreTrainedModel) -> str | None:
+    """None when fbgemm's fp16 GEMM can run this model's linears here, else why not."""
+    parameter = next(model.parameters())
+    if parameter.device.type != "cpu":
+        return "fbgemm's fp16 GEMM is a CPU kernel and the model is not on the CPU"
+    if parameter.dtype != torch.float32:
+        return f"fp16 multiplies float32 rows and the model is in {parameter.dtype}"
+    return fp16_kernel_missing()
+
+
+def fp16_runner(model: PreTrainedModel) -> LlamaRunner:
+    """Every decoder projection and the lm_head on fbgemm's fp16 GEMM."""
+    layers = [
+        LayerProjections(
+            **{
+                name: Projection.from_fp16(p.dense, p.bias)
+                for name, p in vars(LlamaRunner.dense_layer(layer)).items()
+            }
+        )
+        for layer in model.model.layers
+    ]
+    head = model.lm_head
+    bias = None if head.bias is None else head.bias.detach()
+    return LlamaRunner(
+        model, layers, weights="fp16", head=Projection.from_fp16(head.weight.detach(), bias)
+    )
 
 
 def int8_head(model: PreTrainedModel) -> Projection:
@@ -130,6 +162,13 @@ def build_runner(
         raise ValueError(f"TANDEM_WEIGHTS must be one of {', '.join(CHOICES)}, not {setting!r}.")
     if setting == "bf16":
         return runner_for(model)
+    if setting in ("auto", "fp16"):
+        missing = fp16_missing(model)
+        if missing is None:
+            return fp16_runner(model)
+        if setting == "fp16":
+            log.warning("weights: fp16 unavailable, using the dense weights: %s", missing)
+            return runner_for(model)
     if setting in ("auto", "int8"):
         missing = int8_missing(model)
         if missing is None:

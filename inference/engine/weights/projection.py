@@ -5,18 +5,25 @@ bf16's bytes, so they win when a step has few rows (decode of a few streams: the
 memory bound), but they dequantize per row tile and lose to the dense bf16 GEMM when many
 rows share each weight read. A q4 or int8 projection therefore keeps both packings of the
 same weights (the dense one is the quantized values in the compute dtype) and picks the
-kernel by the rows of each call.
+kernel by the rows of each call. An fp16 projection (fbgemm's half-precision GEMM, `fp16.py`)
+uses its one kernel at every row count.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from inference.engine.weights.fp16 import Fp16Matrix
+
 GROUP = 32
 ZERO_POINT = 8
+# The packing of a weight-only kernel: ("int4", (packed, scales_and_zeros)), ("int8", (int8
+# weights, per-row scales)) or ("fp16", fbgemm's packed matrix).
+Packing = tuple[str, tuple[torch.Tensor, torch.Tensor] | Fp16Matrix]
 
 
 @dataclass(frozen=True)
@@ -51,15 +58,15 @@ class Q4Matrix:
 class Projection:
     """y = x Wᵀ (+ b): a weight-only kernel (int4 or int8) up to `max_rows`, dense above.
 
-    `small` is the packing the weight-only kernel reads: ("int4", (packed, scales_and_zeros))
-    or ("int8", (int8 weights, per-row scales)); None for a dense-only projection.
+    `small` is the packing the weight-only kernel reads (`Packing`); None for a dense-only
+    projection.
     """
 
     def __init__(
         self,
         dense: torch.Tensor,
         bias: torch.Tensor | None = None,
-        small: tuple[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+        small: Packing | None = None,
         max_rows: int = 0,
     ) -> None:
         self.dense = dense
@@ -108,6 +115,13 @@ class Projection:
         dense = (q.float() * scales.float()[:, None]).to(weight.dtype)
         return cls(dense, bias, ("int8", (q, scales)), max_rows)
 
+    @classmethod
+    def from_fp16(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> Projection:
+        """fbgemm's fp16 GEMM at every row count (`max_rows` unbounded). The dense packing is
+        the float32 weight itself, kept for its shape and for `dense_mm` (tests): it is not
+        rounded to float16, so only the fp16 kernel multiplies by the rounded weights."""
+        return cls(weight, bias, ("fp16", Fp16Matrix(weight)), sys.maxsize)
+
     def dense_mm(self, x: torch.Tensor) -> torch.Tensor:
         """The dense kernel (oneDNN/MKL GEMM), whatever the row count."""
         return F.linear(x, self.dense, self.bias)
@@ -139,13 +153,18 @@ def kernel_dtype(compute: torch.dtype) -> torch.dtype:
 def small_kernel(
     x: torch.Tensor,
     kind: str,
-    packing: tuple[torch.Tensor, torch.Tensor],
+    packing: tuple[torch.Tensor, torch.Tensor] | Fp16Matrix,
     bias: torch.Tensor | None,
 ) -> torch.Tensor:
-    """torch's int4 (group 32) or int8 (per row) weight-only matmul, plus the bias.
+    """torch's int4 (group 32) or int8 (per row) weight-only matmul, or fbgemm's fp16 GEMM,
+    plus the bias.
 
-    The rows go in the packing's dtype (its scales'), the result comes back in theirs.
+    The int4/int8 rows go in the packing's dtype (its scales'), the result comes back in
+    theirs; fp16 takes and gives float32.
     """
+    if kind == "fp16":
+        y = packing(x)
+        return y if bias is None else y + bias
     weight, scales = packing
     rows = x.to(scales.dtype)
     if kind == "int4":
