@@ -11,6 +11,8 @@ from transformers import PreTrainedModel
 from inference.engine import Engine, EngineEvent, GenerationResult, SamplingParams
 from inference.engine.batch import StepBatch
 from inference.engine.kv_cache import KVCache, KVSpec
+from inference.provisioning.loading import LoadedModel
+from inference.provisioning.prompting import chat_prompt_ids
 
 WAIT = 60.0
 TINY_VOCAB = 49152
@@ -140,3 +142,16 @@ def alone_and_together(
     alone = [engine.generate_batch([r], timeout=WAIT)[0].token_ids for r in requests]
     together = [r.token_ids for r in engine.generate_batch(requests, timeout=WAIT)]
     return alone, together
+
+
+def canonical_answer(loaded: LoadedModel, runner: object) -> str:
+    """The greedy reply (16 tokens) to the suite's canonical question on an engine over
+    `runner`: the real model on some weights should still say "Paris"."""
+    engine = Engine(loaded.model, loaded.tokenizer, runner=runner).start()
+    try:
+        messages = [{"role": "user", "content": "What is the capital of France?"}]
+        prompt = chat_prompt_ids(loaded.tokenizer, messages)
+        result = engine.generate_batch([(None, prompt, SamplingParams(max_new_tokens=16))], WAIT)
+    finally:
+        engine.shutdown()
+    return result[0].text

@@ -12,14 +12,20 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.weights_quality import TEXT, perplexity
-from inference.engine import Engine, SamplingParams
+from inference.engine import SamplingParams
 from inference.engine.compiled_decode import _Linear
 from inference.engine.weights import choice, fp16
 from inference.engine.weights.choice import build_runner
 from inference.engine.weights.projection import Projection
 from inference.provisioning import loading
-from inference.provisioning.prompting import chat_prompt_ids
-from tests.engine.helpers import WAIT, alone_and_together, hf_greedy, sharpen, tiny_config
+from tests.engine.helpers import (
+    WAIT,
+    alone_and_together,
+    canonical_answer,
+    hf_greedy,
+    sharpen,
+    tiny_config,
+)
 
 pytestmark = pytest.mark.skipif(
     fp16.fp16_kernel_missing() is not None, reason=str(fp16.fp16_kernel_missing())
@@ -120,11 +126,4 @@ def test_packaged_fp16_quality() -> None:
     ids = loaded.tokenizer(TEXT.read_text())["input_ids"]
     dense_ppl, half_ppl = perplexity(dense, ids), perplexity(half, ids)
     assert abs(half_ppl - dense_ppl) <= 0.001 * dense_ppl, (dense_ppl, half_ppl)
-    engine = Engine(loaded.model, loaded.tokenizer, runner=half).start()
-    try:
-        messages = [{"role": "user", "content": "What is the capital of France?"}]
-        prompt = chat_prompt_ids(loaded.tokenizer, messages)
-        result = engine.generate_batch([(None, prompt, SamplingParams(max_new_tokens=16))], WAIT)
-    finally:
-        engine.shutdown()
-    assert "Paris" in result[0].text
+    assert "Paris" in canonical_answer(loaded, half)

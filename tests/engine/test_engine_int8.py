@@ -7,13 +7,11 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.weights_quality import TEXT, perplexity
-from inference.engine import Engine, SamplingParams
 from inference.engine.weights import choice, crossover
 from inference.engine.weights.choice import build_runner
 from inference.engine.weights.projection import Projection
 from inference.provisioning import loading
-from inference.provisioning.prompting import chat_prompt_ids
-from tests.engine.helpers import WAIT, alone_and_together, sharpen, tiny_config
+from tests.engine.helpers import alone_and_together, canonical_answer, sharpen, tiny_config
 
 ALWAYS_INT8 = 1 << 20
 
@@ -89,11 +87,4 @@ def test_packaged_int8_quality() -> None:
     ids = loaded.tokenizer(TEXT.read_text())["input_ids"]
     bf16_ppl, int8_ppl = perplexity(dense, ids), perplexity(int8, ids)
     assert abs(int8_ppl - bf16_ppl) <= 0.01 * bf16_ppl, (bf16_ppl, int8_ppl)
-    engine = Engine(loaded.model, loaded.tokenizer, runner=int8).start()
-    try:
-        messages = [{"role": "user", "content": "What is the capital of France?"}]
-        prompt = chat_prompt_ids(loaded.tokenizer, messages)
-        result = engine.generate_batch([(None, prompt, SamplingParams(max_new_tokens=16))], WAIT)
-    finally:
-        engine.shutdown()
-    assert "Paris" in result[0].text
+    assert "Paris" in canonical_answer(loaded, int8)
