@@ -37,8 +37,9 @@ class StepBatch:
     sequences: list[Sequence] = field(default_factory=list)
     samplers: list[Sequence] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
-    # Asked with the layer index before each layer's attention; True abandons the step
-    # (StepInterrupted) for a newcomer's prompt. None: the step runs to its end.
+    # Asked with the layer index before each layer's attention; it may run a newcomer's
+    # prompt there (`Engine._cut_in`). True abandons the step (StepInterrupted): that
+    # prompt's step moved the cache's rows. None: nothing runs inside the step.
     interrupt: Callable[[int], bool] | None = None
 
     @property

@@ -83,7 +83,8 @@ _step = threading.local()
 def decode_attention(q: torch.Tensor, kv: torch.Tensor, layer: int) -> torch.Tensor:
     """Write the real rows' K/V into the cache and attend; padded rows come back as zeros.
 
-    First the step may give way (StepInterrupted), before this layer writes anything."""
+    First a newcomer's step may run (the step's `interrupt`), and the step goes on from this
+    layer, or starts over (StepInterrupted) if that step moved the cache's rows."""
     context: StepContext = _step.context
     if context.interrupt is not None and context.interrupt(layer):
         raise StepInterrupted(layer)
@@ -214,11 +215,12 @@ def run_stack(
     ids[:real] = torch.tensor(step.token_ids, device=device)
     positions[:real] = torch.tensor(step.positions, device=device)
     pick[: len(step.logit_rows)] = torch.tensor(step.logit_rows, dtype=torch.long, device=device)
+    outer = getattr(_step, "context", None)  # a step a newcomer's runs inside
     _step.context = StepContext(step.attend, real, step.interrupt)
     try:
         logits = stack(ids, positions, pick)
     finally:
-        _step.context = None
+        _step.context = outer
     return logits[: len(step.logit_rows)]
 
 

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from functools import partial
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -42,9 +43,6 @@ from inference.engine.stats import Counters, EngineStats, snapshot
 
 logger = logging.getLogger(__name__)
 
-# The share of a step's layers within which it gives way to a newcomer's prompt
-# (`_interrupt`): later, the decoders would lose more of the step than the newcomer waits.
-CUT_IN_SHARE = 0.5
 # A KV slot's first capacity on an accelerator, where storage is real memory from the start.
 GPU_KV_TOKENS = 256
 GPU_KV_SLOTS = 4
@@ -105,8 +103,7 @@ class Engine:
         self._active: dict[str, Sequence] = {}
         self._cancels: set[str] = set()
         self._arrived = False
-        self._cut_in: StepBatch | None = None
-        self._cut_in_layers = max(1, int(runner.kv_spec.num_layers * CUT_IN_SHARE))
+        self._paused_seconds = 0.0  # time steps spent running a newcomer's step inside
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._counts = Counters()
@@ -276,24 +273,20 @@ class Engine:
                 self._finish(seq, FinishReason.CANCELLED)
 
     def _step(self) -> None:
-        """One iteration: schedule, then run the batch; if it gave way to a newcomer's
-        prompt (StepInterrupted), that prompt's step runs first and the batch again after."""
+        """One iteration: schedule, then run the batch. A newcomer's prompt may run inside it
+        (`_cut_in`); if that moved the cache's rows (StepInterrupted), the batch runs again."""
         batch = self._schedule()
         if batch is None:
             return
         try:
             self._run(batch)
         except StepInterrupted:
-            cut_in, self._cut_in = self._cut_in, None
-            self._counts.steps_interrupted += 1
-            self._admitted(cut_in)
-            self._run(cut_in)
-            batch.interrupt = None
             self._run(batch)
 
     def _run(self, batch: StepBatch) -> None:
-        """forward → sample → append → emit, then count the step."""
-        started = time.monotonic()
+        """forward → sample → append → emit, then count the step (net of a newcomer's step
+        run inside it)."""
+        started, paused = time.monotonic(), self._paused_seconds
         logits = self._forward(batch)
         tokens = None if logits is None else self._sample(batch, logits)
         if tokens is None:
@@ -301,7 +294,8 @@ class Engine:
         events = self._append(batch, tokens, chosen_logprobs(logits, tokens))
         for seq, event in events:
             self._emit(seq, event)
-        self._count_step(batch, time.monotonic() - started)
+        inside = self._paused_seconds - paused
+        self._count_step(batch, time.monotonic() - started - inside)
 
     def _schedule(self) -> StepBatch | None:
         """The scheduler's plan for this step, admitting waiting requests into free slots."""
@@ -320,7 +314,7 @@ class Engine:
                     keys = self.pacer.keys(decoders, tokens, starting)
                     batch = self.scheduler.schedule(tokens, keys)
                     if batch is not None and not after_alone:
-                        batch.interrupt = self._interrupt
+                        batch.interrupt = partial(self._cut_in, batch)
         if batch is not None:
             self._admitted(batch)
         return batch
@@ -333,27 +327,39 @@ class Engine:
         for seq in batch.admitted:
             self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
 
-    def _interrupt(self, layer: int) -> bool:
-        """Whether the step in flight gives way, before `layer`, to a prompt that arrived
-        during it and would run alone before the decoders' next step anyway (`alone_tokens`):
-        its step is planned now (`_cut_in`) and runs first, and this one runs again after.
+    def _cut_in(self, batch: StepBatch, layer: int) -> bool:
+        """Run a prompt that arrived during `batch`'s step now, before `layer`, when the
+        pacer would run it alone before the decoders' next step anyway (`alone_tokens`);
+        True when its step moved the cache's rows, so `batch`'s must start over.
 
-        Without it, a newcomer waits for the rest of the step in flight, on average half a
-        decode step: with 31 decoders (36-42 ms a step) that was most of the gap between a
-        37-token prompt's time to first token under load (65-69 ms) and idle (30-42 ms). The
-        decoders pay the part of their step already done, at most CUT_IN_SHARE of it, on top
-        of the prompt's step they would wait for anyway. Only a step planned by `schedule`
-        gives way, not one right after a prompt's own step (decoders wait one at most), and
-        not while a burst's requests still start together (`burst_pending`).
+        Without it, a newcomer waits for the rest of the step in flight: on average half a
+        decode step, most of the gap between a short prompt's time to first token under
+        load and idle. The step in flight only pauses: the layers it ran stay done, and the
+        decoders wait for the newcomer's step, which they would have waited for next
+        anyway. Once a step at most; only a step planned by `schedule` pauses, not one right
+        after a prompt's own step (decoders wait for one at most), and not while a burst's
+        requests still start together (`burst_pending`).
         """
-        if not self._arrived or layer >= self._cut_in_layers:
+        if not self._arrived or batch.interrupt is None:
             return False
         with self._lock:
             self._arrived = False
             if self.scheduler.burst_pending():
                 return False
-            self._cut_in = self._plan_alone(self.scheduler.decoders(), self.scheduler.starting())
-        return self._cut_in is not None
+            version = self.cache.layout_version
+            cut_in = self._plan_alone(self.scheduler.decoders(), self.scheduler.starting())
+        if cut_in is None:
+            return False
+        batch.interrupt = None
+        self._counts.steps_interrupted += 1
+        self._admitted(cut_in)
+        started = time.monotonic()
+        try:
+            self._run(cut_in)
+        except Exception as exc:  # the newcomer's alone: the step it paused goes on
+            self._fail_batch(cut_in, exc)
+        self._paused_seconds += time.monotonic() - started
+        return self.cache.layout_version != version
 
     def _seed_pacer(self) -> None:
         """Once the runner's compiled step is warm, its per-bucket step times seed the pacer

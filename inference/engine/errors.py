@@ -43,5 +43,5 @@ class UnsupportedModel(EngineError):
 
 
 class StepInterrupted(Exception):
-    """The step in flight gave way to a newcomer's prompt (the engine's own signal, never a
-    caller's): nothing it computed is kept, and its batch runs again next."""
+    """The step in flight must start over: a newcomer's prompt ran inside it and moved the
+    cache's rows (the engine's own signal, never a caller's). Nothing it computed is kept."""

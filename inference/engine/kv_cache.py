@@ -83,6 +83,9 @@ class KVCache:
         self._pages_held = False
         # Free slot -> the token ids its rows hold from positions 0 on (`free`'s `kept`).
         self.kept: dict[int, list[int]] = {}
+        # Bumped whenever a slot's rows move or the storage is replaced: a step planned
+        # before a bump would address stale rows (a step that a newcomer's ran inside).
+        self.layout_version = 0
         self.storage = self._allocate(self._min_slots, self._min_capacity)
 
     @property
@@ -211,6 +214,7 @@ class KVCache:
             self.storage[:, :, slot, :, :length] = self.storage[:, :, last, :, :length]
             self.lengths[slot] = length
             moved = last
+            self.layout_version += 1
         self.lengths.pop()
         if kept:
             self.kept[last] = kept
@@ -298,6 +302,7 @@ class KVCache:
         for slot, length in rows.items():
             storage[:, :, slot, :, :length] = old[:, :, slot, :, :length]
         self.storage = storage
+        self.layout_version += 1
 
 
 def _shared_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:

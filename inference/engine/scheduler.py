@@ -3,7 +3,7 @@
 Policy, per step, under a token budget (`max_step_tokens`):
 0. a waiting prompt short enough for the pacer's `alone_tokens` goes in whole, in a
    prefill-only step before the decoders' next one (never two such steps in a row; one
-   arriving during the decoders' step may cut into it: `Engine._interrupt`);
+   arriving during the decoders' step may run inside it: `Engine._cut_in`);
 1. every running sequence that is decoding feeds its one token;
 2. the prompt budget goes to prompt chunks, shortest remaining prompt first, among the
    sequences still prefilling (long prompts admitted earlier) and the waiting requests that

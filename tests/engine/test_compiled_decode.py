@@ -4,6 +4,7 @@ steady state, and the eager fallback when the compiler fails. Tiny models, small
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 import torch
@@ -14,8 +15,10 @@ from inference.engine.batch import PrefillChunk, StepBatch
 from inference.engine.compiled_decode import _Linear, gemm_templates
 from inference.engine.kv_cache import KVCache
 from inference.engine.model_runner import LlamaRunner
+from inference.engine.scheduler import BURST_WINDOW
 from inference.engine.weights.choice import build_runner
 from tests.engine.helpers import WAIT, alone_and_together, hf_greedy, sharpen, tiny_config
+from tests.engine.test_cut_in import decoding_engine, recording
 from tests.engine.test_engine_int8 import ALWAYS_INT8, tiny_bf16
 from tests.engine.test_engine_q4 import tiny_q4
 
@@ -71,6 +74,37 @@ def test_compiled_batch_invariance(compiled_runner, tokenizer, make_engine):
     engine = make_engine(compiled_runner.model, tokenizer, runner=compiled_runner, max_running=4)
     alone, together = alone_and_together(engine, 3, (3, 9, 17), 6, 4)
     assert together == alone
+
+
+def test_a_newcomer_runs_inside_a_compiled_step(compiled_runner, tokenizer, make_engine):
+    """The newcomer's step (a graph too) runs from inside the decoders' graph, before its
+    first layer's attention, and the decoders' graph goes on; every request's tokens are HF's."""
+    model = compiled_runner.model
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    tokens: dict[str, list[int]] = {}
+    recorder = recording([], tokens)
+    newcomer, decoders = [11, 12], ([5, 17, 300], [42, 7])
+    engine = None
+
+    def arrive() -> None:
+        engine.submit(newcomer, params, on_event=recorder("newcomer"))
+
+    engine, runner = decoding_engine(model, tokenizer, make_engine, arrive, 0, compiled_runner)
+    for index, prompt in enumerate(decoders):
+        engine.submit(prompt, params, on_event=recorder(f"decoder{index}"))
+    with torch.inference_mode():  # as the engine's loop runs its steps
+        engine._step()
+        time.sleep(BURST_WINDOW + 0.05)
+        runner.at_call = runner.calls + 1
+        engine._step()
+        assert engine.stats().steps_interrupted == 1
+        assert runner.calls == runner.at_call + 1
+        while engine.scheduler.has_work():
+            engine._step()
+    assert tokens["newcomer"] == hf_greedy_no_eos(model, newcomer, 6)
+    for index, prompt in enumerate(decoders):
+        assert tokens[f"decoder{index}"] == hf_greedy_no_eos(model, prompt, 6)
+    assert compiled_runner.compile_state == "ready"
 
 
 def test_q4_compiles_on_the_int4_kernel(tmp_path, tokenizer, make_engine):
