@@ -4,7 +4,6 @@ steady state, and the eager fallback when the compiler fails. Tiny models, small
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 import torch
@@ -15,10 +14,9 @@ from inference.engine.batch import PrefillChunk, StepBatch
 from inference.engine.compiled_decode import _Linear, gemm_templates
 from inference.engine.kv_cache import KVCache
 from inference.engine.model_runner import LlamaRunner
-from inference.engine.scheduler import BURST_WINDOW
 from inference.engine.weights.choice import build_runner
 from tests.engine.helpers import WAIT, alone_and_together, hf_greedy, sharpen, tiny_config
-from tests.engine.test_cut_in import decoding_engine, recording
+from tests.engine.test_cut_in import PARAMS, Record, decoding_engine
 from tests.engine.test_engine_int8 import ALWAYS_INT8, tiny_bf16
 from tests.engine.test_engine_q4 import tiny_q4
 
@@ -80,30 +78,26 @@ def test_a_newcomer_runs_inside_a_compiled_step(compiled_runner, tokenizer, make
     """The newcomer's step (a graph too) runs from inside the decoders' graph, before its
     first layer's attention, and the decoders' graph goes on; every request's tokens are HF's."""
     model = compiled_runner.model
-    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
-    tokens: dict[str, list[int]] = {}
-    recorder = recording([], tokens)
+    record = Record()
     newcomer, decoders = [11, 12], ([5, 17, 300], [42, 7])
     engine = None
 
     def arrive() -> None:
-        engine.submit(newcomer, params, on_event=recorder("newcomer"))
+        engine.submit(newcomer, PARAMS, on_event=record("newcomer"))
 
-    engine, runner = decoding_engine(model, tokenizer, make_engine, arrive, 0, compiled_runner)
-    for index, prompt in enumerate(decoders):
-        engine.submit(prompt, params, on_event=recorder(f"decoder{index}"))
+    engine, runner = decoding_engine(
+        model, tokenizer, make_engine, arrive, 0, record, decoders, compiled_runner
+    )
     with torch.inference_mode():  # as the engine's loop runs its steps
-        engine._step()
-        time.sleep(BURST_WINDOW + 0.05)
-        runner.at_call = runner.calls + 1
         engine._step()
         assert engine.stats().steps_interrupted == 1
         assert runner.calls == runner.at_call + 1
         while engine.scheduler.has_work():
             engine._step()
-    assert tokens["newcomer"] == hf_greedy_no_eos(model, newcomer, 6)
+    new_tokens = PARAMS.max_new_tokens
+    assert record.tokens["newcomer"] == hf_greedy_no_eos(model, newcomer, new_tokens)
     for index, prompt in enumerate(decoders):
-        assert tokens[f"decoder{index}"] == hf_greedy_no_eos(model, prompt, 6)
+        assert record.tokens[f"decoder{index}"] == hf_greedy_no_eos(model, prompt, new_tokens)
     assert compiled_runner.compile_state == "ready"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 
 from inference.engine import SamplingParams
 from inference.engine.model_runner import LlamaRunner
@@ -17,6 +18,7 @@ DECODERS = ([5, 17, 300, 9001], [42, 7, 7, 1200, 77], [1000, 2000, 3000])
 NEWCOMER = [11, 12, 13, 14, 15, 16]
 ENDS_AT_ONCE = [21, 22, 23]  # shorter: admitted first, to the lower slot
 NEW_TOKENS = 6
+PARAMS = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
 
 
 class ArrivalDuringStep:
@@ -47,27 +49,39 @@ class ArrivalDuringStep:
         return self.inner.forward(batch, cache)
 
 
-def recording(order: list[str], tokens: dict[str, list[int]]):
-    """on_event callbacks that note who got a token, in order, and each one's tokens."""
+class Record:
+    """on_event callbacks (`record(name)`) that note who got a token, in order, and each
+    one's tokens."""
 
-    def recorder(name: str):
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.tokens: dict[str, list[int]] = {}
+
+    def __call__(self, name: str):
         def on_event(event) -> None:
             if event.token_id is not None:
-                order.append(name)
-                tokens.setdefault(name, []).append(event.token_id)
+                self.order.append(name)
+                self.tokens.setdefault(name, []).append(event.token_id)
 
         return on_event
 
-    return recorder
 
-
-def decoding_engine(model, tokenizer, make_engine, arrive, layer: int, inner=None):
+def decoding_engine(
+    model, tokenizer, make_engine, arrive, layer: int, record, decoders=DECODERS, inner=None
+):
     """An engine (not started) on `inner` (default: the model's eager runner) wrapped in
-    ArrivalDuringStep, and that wrapper."""
+    ArrivalDuringStep, whose `decoders` (on_event: `record`) have had their prompts' step
+    and arrived as a burst that is over; the engine and the wrapper."""
     runner = ArrivalDuringStep(inner or LlamaRunner(model), arrive, layer)
     engine = make_engine(model, tokenizer, runner=runner, start=False, max_running=6)
     # Step times as the compiled graphs would seed them: a prompt's step alone is allowed.
     engine.pacer.seed({rows: 0.01 for rows in (1, 2, 4, 8, 16, 32)})
+    for index, prompt in enumerate(decoders):
+        engine.submit(prompt, PARAMS, on_event=record(f"decoder{index}"))
+    with torch.inference_mode():  # as the engine's loop runs its steps
+        engine._step()  # the burst's prompts, together
+    time.sleep(BURST_WINDOW + 0.05)  # a newcomer is not one of the burst
+    runner.at_call = runner.calls + 1
     return engine, runner
 
 
@@ -75,23 +89,15 @@ def decoding_engine(model, tokenizer, make_engine, arrive, layer: int, inner=Non
 def test_a_newcomer_runs_inside_the_decode_step_in_flight(
     tiny_model, tokenizer, make_engine, layer
 ):
-    order: list[str] = []
-    tokens: dict[str, list[int]] = {}
-    recorder = recording(order, tokens)
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    record = Record()
+    order, tokens = record.order, record.tokens
     engine = None
 
     def arrive() -> None:
-        engine.submit(NEWCOMER, params, on_event=recorder("newcomer"))
+        engine.submit(NEWCOMER, PARAMS, on_event=record("newcomer"))
 
-    engine, runner = decoding_engine(tiny_model, tokenizer, make_engine, arrive, layer)
-    for index, prompt in enumerate(DECODERS):
-        engine.submit(prompt, params, on_event=recorder(f"decoder{index}"))
-    engine._step()  # the burst's prompts, together
+    engine, runner = decoding_engine(tiny_model, tokenizer, make_engine, arrive, layer, record)
     assert len(order) == len(DECODERS)
-    time.sleep(BURST_WINDOW + 0.05)  # the newcomer is not one of the burst
-
-    runner.at_call = runner.calls + 1
     order.clear()
     engine._step()
     assert order[0] == "newcomer", order
@@ -109,24 +115,16 @@ def test_a_newcomer_runs_inside_the_decode_step_in_flight(
 def test_a_step_whose_rows_the_newcomers_step_moved_starts_over(tiny_model, tokenizer, make_engine):
     """Two newcomers: the shorter (admitted first) ends with its first token, so its slot is
     freed and the other's rows move into it; the decoders' step, planned before, runs again."""
-    order: list[str] = []
-    tokens: dict[str, list[int]] = {}
-    recorder = recording(order, tokens)
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    record = Record()
+    order, tokens = record.order, record.tokens
     engine = None
 
     def arrive() -> None:
         one = SamplingParams(max_new_tokens=1, ignore_eos=True)
-        engine.submit(NEWCOMER, params, on_event=recorder("newcomer"))
-        engine.submit(ENDS_AT_ONCE, one, on_event=recorder("ends"))
+        engine.submit(NEWCOMER, PARAMS, on_event=record("newcomer"))
+        engine.submit(ENDS_AT_ONCE, one, on_event=record("ends"))
 
-    engine, runner = decoding_engine(tiny_model, tokenizer, make_engine, arrive, 1)
-    for index, prompt in enumerate(DECODERS):
-        engine.submit(prompt, params, on_event=recorder(f"decoder{index}"))
-    engine._step()
-    time.sleep(BURST_WINDOW + 0.05)
-
-    runner.at_call = runner.calls + 1
+    engine, runner = decoding_engine(tiny_model, tokenizer, make_engine, arrive, 1, record)
     version = engine.cache.layout_version
     order.clear()
     engine._step()
@@ -146,14 +144,13 @@ def test_a_step_whose_rows_the_newcomers_step_moved_starts_over(tiny_model, toke
 def test_a_step_right_after_a_prompt_s_own_step_does_not_give_way(
     tiny_model, tokenizer, make_engine
 ):
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
     engine = make_engine(tiny_model, tokenizer, start=False, max_running=4)
     engine.pacer.seed({rows: 0.01 for rows in (1, 2, 4, 8, 16, 32)})
     for prompt in DECODERS:
-        engine.submit(prompt, params, on_event=lambda event: None)
+        engine.submit(prompt, PARAMS, on_event=lambda event: None)
     engine._step()
     time.sleep(BURST_WINDOW + 0.05)
-    engine.submit(NEWCOMER, params, on_event=lambda event: None)
+    engine.submit(NEWCOMER, PARAMS, on_event=lambda event: None)
     alone = engine._schedule()
     assert alone is not None and alone.decode_slots == [] and alone.interrupt is None
     engine._run(alone)
