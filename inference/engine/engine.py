@@ -439,10 +439,12 @@ class Engine:
         )
 
     def _fail_batch(self, batch: StepBatch, exc: Exception) -> None:
-        """A fault of the whole step fails every request in it."""
+        """A fault of the whole step fails every request in it not already ended (a fault
+        after some of its tokens went out: a newcomer's step run inside another's)."""
         logger.exception("Step failed; failing its %d requests", len(batch.sequences))
         for seq in batch.sequences:
-            self._finish(seq, FinishReason.ERROR, error=_describe(exc))
+            if seq.status is not Status.FINISHED:
+                self._finish(seq, FinishReason.ERROR, error=_describe(exc))
 
     def _fail_row(self, seq: Sequence, exc: Exception) -> None:
         """A fault in one row's sampling or post-processing fails that request only."""
