@@ -191,9 +191,25 @@ def gemm_templates(device: torch.device) -> bool:
     lose to the dense bf16 GEMM from a few rows on; the template wins at every bucket
     (2-core Xeon with AMX, whole int8 step, 31 decoders at history 64 plus a prompt chunk:
     1 row 17.9 ms against 25.1 on ATen's kernels, 32 rows 33.5 against 47.3 on dense bf16,
-    64 rows 56.8 against 90.8, 512 rows 251 against 312). Elsewhere (a GPU, a CPU without
-    AMX, where the template was not measured) the eager crossover stands."""
+    64 rows 56.8 against 90.8, 512 rows 251 against 312). Elsewhere the eager crossover
+    stands (`template_rows`)."""
     return device.type == "cpu" and torch.cpu._is_amx_tile_supported()
+
+
+def template_rows(device: torch.device, weight_only_rows: int, largest: int) -> int:
+    """Up to how many rows the graphs time inductor's C++ GEMM template against ATen's
+    kernel, shape by shape, and keep the faster (max_autotune): every bucket on AMX; on
+    another AVX-512 CPU the buckets on the weight-only kernel (up to the eager crossover),
+    where the template's AVX-512 micro-kernel (dequantizing in registers) beat ATen's int8
+    kernel at one and two rows, its whole one-row step 13-16 ms against 23-25 (2-core AMD
+    EPYC Zen 4, 2026-12-03). Above the crossover it lost badly on that CPU (32 rows 360 ms
+    against ~55 on dense bf16), so those buckets keep the dense GEMM, untimed. 0: never (no
+    AVX-512, where the template was not measured, or dense weights only)."""
+    if gemm_templates(device):
+        return largest
+    if device.type != "cpu" or not torch.cpu._is_avx512_supported():
+        return 0
+    return weight_only_rows
 
 
 def run_stack(
@@ -246,6 +262,14 @@ class CompiledDecode:
         torch._dynamo.config.cache_size_limit = max(
             torch._dynamo.config.cache_size_limit, RECOMPILE_ROOM * len(buckets)
         )
+        weight_only = [
+            m.compiled_max_rows
+            for m in runner.stack.modules()
+            if isinstance(m, _Linear) and m.kind != "dense"
+        ]
+        self.template_rows = template_rows(
+            runner.kv_spec.device, max(weight_only, default=0), max(buckets)
+        )
         self.runner = runner
         self.buckets = buckets
         self.graph = torch.compile(runner.stack, dynamic=False, fullgraph=True)
@@ -280,16 +304,16 @@ class CompiledDecode:
         after a build still fault in its constants, 2-3x a steady step).
 
         A bucket up to LOGIT_ROWS is warmed with that many decode rows; a larger one with
-        LOGIT_ROWS decode rows and a prompt chunk filling the rest. With `templates`,
+        LOGIT_ROWS decode rows and a prompt chunk filling the rest. Up to `template_rows`,
         max_autotune times each matmul shape on inductor's C++ GEMM template and on ATen's
         kernel as the graph is built (~3 s a shape, cached on disk) and keeps the faster.
         The decode attention kernel the steps call is compiled first.
         """
-        inductor_config.max_autotune = self.templates
         inductor_config.max_autotune_gemm_backends = "CPP,ATEN"
         attention.warm(self.runner.kv_spec, self.runner.scaling)
         cache = KVCache(self.runner.kv_spec, LOGIT_ROWS + 1, self.max_rows)
         for size in self.buckets:
+            inductor_config.max_autotune = size <= self.template_rows
             started = time.perf_counter()
             decoders = min(size, LOGIT_ROWS)
             slots = [cache.allocate() for _ in range(decoders)]
@@ -311,4 +335,9 @@ class CompiledDecode:
             self.warm_seconds[size] = round(time.perf_counter() - started, 1)
             self.step_seconds[size] = min(_seconds(self.run, step) for _ in range(WARM_TIMINGS))
             cache.reset()
-            log.info("compiled step: bucket %d ready in %.1f s", size, self.warm_seconds[size])
+            log.info(
+                "compiled step: bucket %d ready in %.1f s%s",
+                size,
+                self.warm_seconds[size],
+                " (matmuls timed on the C++ template)" if inductor_config.max_autotune else "",
+            )

@@ -9,9 +9,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+import inference.engine.compiled_decode as compiled_decode
 from inference.engine import SamplingParams
 from inference.engine.batch import PrefillChunk, StepBatch
-from inference.engine.compiled_decode import _Linear, gemm_templates
+from inference.engine.compiled_decode import _Linear, gemm_templates, template_rows
 from inference.engine.kv_cache import KVCache
 from inference.engine.model_runner import LlamaRunner
 from inference.engine.weights.choice import build_runner
@@ -144,6 +145,42 @@ def test_on_amx_the_graphs_multiply_by_the_int8_weights_at_every_bucket():
 
     assert off(compiled) < 0.02
     assert off(eager) > 0.5
+
+
+def test_the_template_is_timed_on_the_weight_only_buckets(monkeypatch):
+    """AMX: every bucket; another AVX-512 CPU: up to the eager crossover (above it the
+    template lost to dense bf16 there); no AVX-512 (not measured) or dense weights: none.
+    The CPU's features are faked: this machine has one kind."""
+    cpu = torch.device("cpu")
+    for amx, avx512, expected in ((True, True, 512), (False, True, 8), (False, False, 0)):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_supported", lambda avx512=avx512: avx512)
+        assert template_rows(cpu, 8, 512) == expected
+    assert template_rows(cpu, 0, 512) == 0
+    assert template_rows(torch.device("meta"), 8, 512) == 0
+
+
+def test_int8_graphs_timed_on_the_template_keep_the_int8_kernels_tokens(
+    tokenizer, make_engine, caplog
+):
+    """int8 buckets up to the crossover, built with their matmuls timed on the C++ template
+    where this CPU allows it (either kernel may win a shape), answer as the eager int8 step."""
+    model = tiny_bf16()
+    runner = build_runner(model, "int8", None, max_rows=2)
+    prompt = [5, 600, 7000]
+    request = [(None, prompt, SamplingParams(max_new_tokens=10))]
+    eager = make_engine(model, tokenizer, runner=runner, max_running=2)
+    expected = eager.generate_batch(request, WAIT)[0].token_ids
+    eager.shutdown()
+    with caplog.at_level(logging.INFO, logger=compiled_decode.__name__):
+        runner.compile_decode((1, 2, 4)).join()
+    assert runner.compile_state == "ready", runner.compile_state
+    timed = template_rows(torch.device("cpu"), 2, 4)
+    assert runner.compiled.template_rows == timed
+    on_template = [r.getMessage() for r in caplog.records if "C++ template" in r.getMessage()]
+    assert len(on_template) == len([b for b in (1, 2, 4) if b <= timed])
+    engine = make_engine(model, tokenizer, runner=runner, max_running=2)
+    assert engine.generate_batch(request, WAIT)[0].token_ids == expected
 
 
 def test_a_compiler_failure_leaves_the_engine_eager(monkeypatch, caplog, tokenizer, make_engine):

@@ -22,7 +22,12 @@ import torch
 from transformers import PreTrainedModel
 
 from inference.engine.model_runner import LlamaRunner, runner_for
-from inference.engine.weights.crossover import set_max_rows, small_max_rows
+from inference.engine.weights.crossover import (
+    ROWS,
+    layer_projections,
+    set_max_rows,
+    small_max_rows,
+)
 from inference.engine.weights.fp16 import fp16_kernel_missing
 from inference.engine.weights.layers import LayerProjections, layer_linears, q4_projection
 from inference.engine.weights.projection import GROUP, Projection, kernel_dtype
@@ -136,17 +141,22 @@ def with_crossover(
     layers: list[LayerProjections], head: Projection, weights: str, max_rows: int | None
 ) -> int:
     """Sets the layers' and head's weight-only kernel limit: `max_rows`, or the measured
-    crossover; returns it."""
+    crossovers (the head's no higher than the layers'); returns the layers'."""
+    head_rows = max_rows
     if max_rows is None:
-        max_rows, ratios = small_max_rows(layers[0])
+        max_rows, ratios = small_max_rows(layer_projections(layers[0]))
+        head_rows, head_ratios = small_max_rows([head], tuple(r for r in ROWS if r <= max_rows))
         log.info(
-            "weights %s: weight-only kernel up to %d rows (its time / dense by rows: %s)",
+            "weights %s: weight-only kernel up to %d rows, the lm_head's up to %d "
+            "(its time / dense by rows: layer %s, lm_head %s)",
             weights,
             max_rows,
+            head_rows,
             ratios,
+            head_ratios,
         )
     set_max_rows(layers, max_rows)
-    head.max_rows = max_rows
+    head.max_rows = head_rows
     return max_rows
 
 
