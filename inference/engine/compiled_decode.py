@@ -275,6 +275,7 @@ class CompiledDecode:
         self.graph = torch.compile(runner.stack, dynamic=False, fullgraph=True)
         self.warm_seconds: dict[int, float] = {}
         self.step_seconds: dict[int, float] = {}
+        self.alone_seconds: dict[int, float] = {}
 
     @property
     def max_rows(self) -> int:
@@ -295,6 +296,23 @@ class CompiledDecode:
         size = self.bucket(len(step.token_ids))
         return run_stack(self.graph, step, size, min(size, LOGIT_ROWS))
 
+    def _prefill_seconds(
+        self, plan: Callable[[StepBatch, KVCache], StepPlan], cache: KVCache, size: int
+    ) -> float:
+        """One prompt's `size`-token chunk alone through the bucket's graph (fastest of
+        WARM_TIMINGS). The pacer gives a short prompt a step of its own while others decode
+        only if that step costs little enough; seeded with the mixed step's time instead
+        (31 decoders beside the chunk: their attention and their rows' logits), a 40-token
+        prompt's 48-row step looked too dear at a multiple of 1.4 and went in mixed steps,
+        3.3x its idle time to first token (docs/benchmarks.md, 2026-12-03)."""
+        slot = cache.allocate()
+        cache.extend(slot, size)
+        chunk = PrefillChunk(slot, 0, [0] * size, needs_logits=True)
+        step = plan(StepBatch(chunks=[chunk]), cache)
+        seconds = min(_seconds(self.run, step) for _ in range(WARM_TIMINGS))
+        cache.reset()
+        return seconds
+
     def warm(
         self, plan: Callable[[StepBatch, KVCache], StepPlan], attention: CompiledAttention
     ) -> None:
@@ -304,7 +322,9 @@ class CompiledDecode:
         after a build still fault in its constants, 2-3x a steady step).
 
         A bucket up to LOGIT_ROWS is warmed with that many decode rows; a larger one with
-        LOGIT_ROWS decode rows and a prompt chunk filling the rest. Up to `template_rows`,
+        LOGIT_ROWS decode rows and a prompt chunk filling the rest, then timed once more as
+        one prompt's chunk alone (`alone_seconds`: what a prefill-only step of its rows
+        costs; for the smaller buckets the decode step stands in). Up to `template_rows`,
         max_autotune times each matmul shape on inductor's C++ GEMM template and on ATen's
         kernel as the graph is built (~3 s a shape, cached on disk) and keeps the faster.
         The decode attention kernel the steps call is compiled first.
@@ -335,6 +355,11 @@ class CompiledDecode:
             self.warm_seconds[size] = round(time.perf_counter() - started, 1)
             self.step_seconds[size] = min(_seconds(self.run, step) for _ in range(WARM_TIMINGS))
             cache.reset()
+            self.alone_seconds[size] = (
+                self._prefill_seconds(plan, cache, size)
+                if size > LOGIT_ROWS
+                else self.step_seconds[size]
+            )
             log.info(
                 "compiled step: bucket %d ready in %.1f s%s",
                 size,

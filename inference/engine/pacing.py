@@ -164,9 +164,13 @@ class PrefillPacer:
             return self.seconds[below] * bucket / below
         return None
 
-    def seed(self, seconds_by_rows: dict[int, float]) -> None:
+    def seed(
+        self, seconds_by_rows: dict[int, float], alone_by_rows: dict[int, float] | None = None
+    ) -> None:
         """Step times measured elsewhere (the compiled graphs' warm-up), for the buckets this
         pacer has not measured itself; from now on steps run padded to their bucket.
+        `alone_by_rows`: prefill-only steps' times by bucket, where measured apart (the
+        step's own time stands in for the others).
 
         Padded, the floor (`min_tokens`) beside 29 decoders makes a 37-row step that costs
         the whole 64-row bucket: left at 8 prompt tokens, a 32-prompt burst's last five
@@ -175,9 +179,10 @@ class PrefillPacer:
         """
         self.padded = True
         self.buckets = tuple(sorted(seconds_by_rows))
+        alone = alone_by_rows or {}
         for rows, seconds in seconds_by_rows.items():
             self.seconds.setdefault(rows, seconds)
-            self.alone.setdefault(rows, seconds)
+            self.alone.setdefault(rows, alone.get(rows, seconds))
 
     def observe(
         self, decoders: int, prefill_tokens: int, seconds: float, prefill_keys: int = 0

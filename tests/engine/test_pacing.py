@@ -176,3 +176,19 @@ def test_the_compiled_buckets_seeded_give_a_full_engine_a_smaller_mixed_step() -
     pacer.observe(31, 17, 0.047)
     assert pacer.seconds[48] == 0.047  # timed under its own bucket, not under 64
     assert pacer.decoders_cost(48) == 0.047
+
+
+def test_prefill_only_timings_seed_the_alone_steps_apart() -> None:
+    """The graphs' warm-up times a big bucket twice: beside 32 decoders (the mixed step) and
+    as one prompt alone. A 40-token prompt among 31 decoders goes alone when its 48-row
+    prefill-only step fits the multiple, though the mixed 48-row step would not."""
+    mixed = {1: 0.020, 8: 0.024, 32: 0.040, 48: 0.070, 64: 0.080}
+    alone = {48: 0.030, 64: 0.038}
+    pacer = PrefillPacer(max_tokens=512, multiple=1.4, reference_rows=32)
+    pacer.seed(mixed, alone)
+    assert pacer.alone == {1: 0.020, 8: 0.024, 32: 0.040, 48: 0.030, 64: 0.038}
+    assert pacer.seconds == mixed
+    assert pacer.alone_tokens(31) == 64  # 0.038 <= 1.4 x 0.040
+    unseparated = PrefillPacer(max_tokens=512, multiple=1.4, reference_rows=32)
+    unseparated.seed(mixed)
+    assert unseparated.alone_tokens(31) == 32  # 48 rows at 0.070 > 0.056: mixed steps
