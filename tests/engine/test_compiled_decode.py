@@ -106,15 +106,23 @@ def test_q4_compiles_on_the_int4_kernel(tmp_path, tokenizer, make_engine):
     """q4 weights (int4 layers, int8 head) compile too; greedy equals their eager run's."""
     model, path = tiny_q4(tmp_path)
     runner = build_runner(model, "q4", path, max_rows=8)
-    prompt = [5, 600, 7000]
-    request = [(None, prompt, SamplingParams(max_new_tokens=10))]
-    eager = make_engine(model, tokenizer, runner=runner, max_running=2)
+    eager, compiled = eager_then_compiled(runner, tokenizer, make_engine, (1, 2))
+    assert compiled == eager
+
+
+def eager_then_compiled(
+    runner: LlamaRunner, tokenizer, make_engine, buckets: tuple[int, ...]
+) -> tuple[list[int], list[int]]:
+    """One greedy request's tokens on the runner's eager step, then on its graphs for
+    `buckets` (built here)."""
+    request = [(None, [5, 600, 7000], SamplingParams(max_new_tokens=10))]
+    eager = make_engine(runner.model, tokenizer, runner=runner, max_running=2)
     expected = eager.generate_batch(request, WAIT)[0].token_ids
     eager.shutdown()
-    runner.compile_decode((1, 2)).join()
+    runner.compile_decode(buckets).join()
     assert runner.compile_state == "ready", runner.compile_state
-    engine = make_engine(model, tokenizer, runner=runner, max_running=2)
-    assert engine.generate_batch(request, WAIT)[0].token_ids == expected
+    engine = make_engine(runner.model, tokenizer, runner=runner, max_running=2)
+    return expected, engine.generate_batch(request, WAIT)[0].token_ids
 
 
 @pytest.mark.skipif(
@@ -165,22 +173,14 @@ def test_int8_graphs_timed_on_the_template_keep_the_int8_kernels_tokens(
 ):
     """int8 buckets up to the crossover, built with their matmuls timed on the C++ template
     where this CPU allows it (either kernel may win a shape), answer as the eager int8 step."""
-    model = tiny_bf16()
-    runner = build_runner(model, "int8", None, max_rows=2)
-    prompt = [5, 600, 7000]
-    request = [(None, prompt, SamplingParams(max_new_tokens=10))]
-    eager = make_engine(model, tokenizer, runner=runner, max_running=2)
-    expected = eager.generate_batch(request, WAIT)[0].token_ids
-    eager.shutdown()
+    runner = build_runner(tiny_bf16(), "int8", None, max_rows=2)
     with caplog.at_level(logging.INFO, logger=compiled_decode.__name__):
-        runner.compile_decode((1, 2, 4)).join()
-    assert runner.compile_state == "ready", runner.compile_state
+        eager, compiled = eager_then_compiled(runner, tokenizer, make_engine, (1, 2, 4))
+    assert compiled == eager
     timed = template_rows(torch.device("cpu"), 2, 4)
     assert runner.compiled.template_rows == timed
     on_template = [r.getMessage() for r in caplog.records if "C++ template" in r.getMessage()]
     assert len(on_template) == len([b for b in (1, 2, 4) if b <= timed])
-    engine = make_engine(model, tokenizer, runner=runner, max_running=2)
-    assert engine.generate_batch(request, WAIT)[0].token_ids == expected
 
 
 def test_a_compiler_failure_leaves_the_engine_eager(monkeypatch, caplog, tokenizer, make_engine):
