@@ -324,10 +324,10 @@ class CompiledDecode:
         A bucket up to LOGIT_ROWS is warmed with that many decode rows; a larger one with
         LOGIT_ROWS decode rows and a prompt chunk filling the rest, then timed once more as
         one prompt's chunk alone (`alone_seconds`: what a prefill-only step of its rows
-        costs; for the smaller buckets the decode step stands in). Up to `template_rows`,
-        max_autotune times each matmul shape on inductor's C++ GEMM template and on ATen's
-        kernel as the graph is built (~3 s a shape, cached on disk) and keeps the faster.
-        The decode attention kernel the steps call is compiled first.
+        costs; for the smaller buckets the pacer takes the decode step's time). Up to
+        `template_rows`, max_autotune times each matmul shape on inductor's C++ GEMM
+        template and on ATen's kernel as the graph is built (~3 s a shape, cached on disk)
+        and keeps the faster. The decode attention kernel the steps call is compiled first.
         """
         inductor_config.max_autotune_gemm_backends = "CPP,ATEN"
         attention.warm(self.runner.kv_spec, self.runner.scaling)
@@ -355,11 +355,8 @@ class CompiledDecode:
             self.warm_seconds[size] = round(time.perf_counter() - started, 1)
             self.step_seconds[size] = min(_seconds(self.run, step) for _ in range(WARM_TIMINGS))
             cache.reset()
-            self.alone_seconds[size] = (
-                self._prefill_seconds(plan, cache, size)
-                if size > LOGIT_ROWS
-                else self.step_seconds[size]
-            )
+            if size > LOGIT_ROWS:
+                self.alone_seconds[size] = self._prefill_seconds(plan, cache, size)
             log.info(
                 "compiled step: bucket %d ready in %.1f s%s",
                 size,

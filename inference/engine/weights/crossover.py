@@ -40,7 +40,7 @@ def _fastest_seconds(run, x: torch.Tensor) -> float:
     return min(times)
 
 
-def layer_seconds(projections: list[Projection], rows: int, small: bool) -> float:
+def kernel_seconds(projections: list[Projection], rows: int, small: bool) -> float:
     """The projections at `rows` rows, on one kernel (sum of their fastest seconds)."""
     total = 0.0
     with torch.inference_mode():
@@ -59,8 +59,8 @@ def small_max_rows(
     best = 0
     ratios: dict[int, float] = {}
     for count in rows:
-        small = layer_seconds(projections, count, small=True)
-        ratio = small / layer_seconds(projections, count, small=False)
+        small = kernel_seconds(projections, count, small=True)
+        ratio = small / kernel_seconds(projections, count, small=False)
         ratios[count] = round(ratio, 2)
         if ratio >= WIN:
             break
