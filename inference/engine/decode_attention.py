@@ -56,6 +56,14 @@ def fused_attention(
     return scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
+def kernel_for_rows(kernel: Kernel, rows: int) -> Kernel:
+    """The kernel a call of `rows` rows runs: `CompiledAttention` sends one row to the fused
+    kernel, and a step that knows its rows goes there directly, 30 times a step."""
+    if rows == 1 and isinstance(kernel, CompiledAttention):
+        return fused_attention
+    return kernel
+
+
 class CompiledAttention:
     """`grouped_attention` compiled with dynamic shapes, warmed on every shape a step meets;
     one row goes to torch's fused kernel.
