@@ -57,11 +57,9 @@ def fused_attention(
 
 
 def kernel_for_rows(kernel: Kernel, rows: int) -> Kernel:
-    """The kernel a call of `rows` rows runs: `CompiledAttention` sends one row to the fused
-    kernel, and a step that knows its rows goes there directly, 30 times a step."""
-    if rows == 1 and isinstance(kernel, CompiledAttention):
-        return fused_attention
-    return kernel
+    """The function a call of `rows` rows ends in, for a step that knows its rows and calls
+    it 30 times (`CompiledAttention.for_rows`; any other kernel is itself)."""
+    return kernel.for_rows(rows) if isinstance(kernel, CompiledAttention) else kernel
 
 
 class CompiledAttention:
@@ -82,9 +80,11 @@ class CompiledAttention:
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
     ) -> torch.Tensor:
-        if q.shape[0] == 1:
-            return fused_attention(q, k, v, mask, scale)
-        return self.kernel(q, k, v, mask, scale)
+        return self.for_rows(q.shape[0])(q, k, v, mask, scale)
+
+    def for_rows(self, rows: int) -> Kernel:
+        """The fused kernel for one row, the compiled one for more."""
+        return fused_attention if rows == 1 else self.kernel
 
     def warm(self, spec: KVSpec, scale: float) -> None:
         """Compile the kernel for every shape and layout of WARM_ROWS, on a scratch cache
