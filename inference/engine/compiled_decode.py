@@ -28,7 +28,6 @@ from torch import nn
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from inference.engine.batch import PrefillChunk, StepBatch
-from inference.engine.decode_attention import CompiledAttention
 from inference.engine.errors import StepInterrupted
 from inference.engine.kv_cache import KVCache
 from inference.engine.weights.projection import Projection, small_kernel
@@ -254,6 +253,8 @@ def _seconds(run: Callable[[StepPlan], torch.Tensor], step: StepPlan) -> float:
 class CompiledDecode:
     """Compiled decode graphs by bucket; `run` pads a decode-only step to its bucket."""
 
+    buckets_built = 0  # by every CompiledDecode of the process (their graphs share a cache)
+
     def __init__(self, runner: object, buckets: tuple[int, ...] = BUCKETS) -> None:
         """Build it on the thread that warms it: inductor's config is per thread."""
         inductor_config.freezing = True
@@ -262,10 +263,12 @@ class CompiledDecode:
             if self.templates and isinstance(module, _Linear) and module.kind != "dense":
                 module.compiled_max_rows = buckets[-1]
         # Graphs are cached per code object, DecodeModel.forward's, across every runner of the
-        # process (the tests build several); dynamo's config is per thread, so set it here.
-        # Steady state cannot recompile anyway: steps run under "fail_on_recompile".
+        # process (the tests and benches build several), so the room grows with every bucket
+        # built here; dynamo's config is per thread, so set it here. Steady state cannot
+        # recompile anyway: steps run under "fail_on_recompile".
+        CompiledDecode.buckets_built += len(buckets)
         torch._dynamo.config.cache_size_limit = max(
-            torch._dynamo.config.cache_size_limit, RECOMPILE_ROOM * len(buckets)
+            torch._dynamo.config.cache_size_limit, RECOMPILE_ROOM * CompiledDecode.buckets_built
         )
         weight_only = [
             m.compiled_max_rows
@@ -318,9 +321,7 @@ class CompiledDecode:
         cache.reset()
         return seconds
 
-    def warm(
-        self, plan: Callable[[StepBatch, KVCache], StepPlan], attention: CompiledAttention
-    ) -> None:
+    def warm(self, plan: Callable[[StepBatch, KVCache], StepPlan]) -> None:
         """Compile and run every bucket on a scratch cache of its own, timing each: the
         compile (`warm_seconds`) and then one step of the compiled graph (`step_seconds`,
         which seed the prefill pacer: the fastest of WARM_TIMINGS runs, as the first runs
@@ -332,10 +333,9 @@ class CompiledDecode:
         costs; for the smaller buckets the pacer takes the decode step's time). Up to
         `template_rows`, max_autotune times each matmul shape on inductor's C++ GEMM
         template and on ATen's kernel as the graph is built (~3 s a shape, cached on disk)
-        and keeps the faster. The decode attention kernel the steps call is compiled first.
+        and keeps the faster. The decode attention kernel `plan` calls is ready before.
         """
         inductor_config.max_autotune_gemm_backends = "CPP,ATEN"
-        attention.warm(self.runner.kv_spec, self.runner.scaling)
         cache = KVCache(self.runner.kv_spec, LOGIT_ROWS + 1, self.max_rows)
         for size in self.buckets:
             inductor_config.max_autotune = size <= self.template_rows

@@ -18,6 +18,10 @@ bit for bit among calls of two rows or more. A single row takes torch's fused ke
 (`CompiledAttention`), which sums in another order: a request alone and the same request
 beside others can differ in the last bits, as they already do where the weights' kernel
 follows the step's row count (docs/engine.md, "Batch invariance").
+
+Where the C++ kernel builds (`native_attention.py`: the same arithmetic without inductor's
+latency-bound loops, 1.6-2x faster on a Xeon with AMX) it takes this one's place; the
+compiled kernel is its fallback.
 """
 
 from __future__ import annotations

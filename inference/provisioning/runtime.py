@@ -106,7 +106,9 @@ class ModelRuntime:
             if self.loaded is not None:
                 info.update(self.loaded.describe())
             if self.engine is not None:
-                info["compile"] = getattr(self.engine.runner, "compile_state", "off")
+                runner = self.engine.runner
+                info["compile"] = getattr(runner, "compile_state", "off")
+                info["attention"] = getattr(runner, "attention_kind", "fused")
             if self.remote is not None:
                 info["engines"] = self.remote.snapshot()
             return info

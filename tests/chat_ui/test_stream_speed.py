@@ -94,6 +94,7 @@ def test_a_long_reply_streams_from_the_compiled_step(compiled_server, page) -> N
     figure = {
         "weights": model.get("weights"),
         "compile": model["compile"],
+        "attention": model.get("attention"),
         "completion_tokens": saved.completion_tokens,
         "seconds_first_to_last_text": round(seconds, 2),
         "tokens_per_s_in_browser": round((saved.completion_tokens - 1) / seconds, 1),

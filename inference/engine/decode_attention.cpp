@@ -1,0 +1,155 @@
+// Grouped decode attention for the CPU: each (sequence, KV head) reads its keys and values
+// once for the query heads sharing them, in float32, one pass for the scores and one for the
+// weighted sum (inference/engine/native_attention.py says why it exists and how it is built).
+//
+// A row's result depends on nothing but its own query, keys and mask: rows are independent,
+// keys are summed in key order, and masked keys (weight exactly 0) are skipped, so a longer
+// companion or a longer view adds nothing. Batch invariance holds bit for bit at every row
+// count, one row included.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <vector>
+
+namespace {
+
+using at::vec::Vectorized;
+using fVec = Vectorized<float>;
+constexpr int64_t kMaxGroups = 16;
+constexpr int64_t kMaxVecs = 16;
+
+inline void load_float(const float* src, fVec* dst, int64_t vecs) {
+  for (int64_t j = 0; j < vecs; ++j) dst[j] = fVec::loadu(src + j * fVec::size());
+}
+
+inline void load_float(const at::BFloat16* src, fVec* dst, int64_t vecs) {
+  int64_t j = 0;
+  for (; j + 1 < vecs; j += 2) {
+    auto [low, high] = at::vec::convert_to_float<at::BFloat16>(
+        Vectorized<at::BFloat16>::loadu(src + j * fVec::size()));
+    dst[j] = low;
+    dst[j + 1] = high;
+  }
+  if (j < vecs) {
+    auto [low, high] = at::vec::convert_to_float<at::BFloat16>(
+        Vectorized<at::BFloat16>::loadu(src + j * fVec::size(), fVec::size()));
+    dst[j] = low;
+  }
+}
+
+inline void store(float* dst, const fVec* src, int64_t vecs) {
+  for (int64_t j = 0; j < vecs; ++j) src[j].store(dst + j * fVec::size());
+}
+
+inline void store(at::BFloat16* dst, const fVec* src, int64_t vecs) {
+  int64_t j = 0;
+  for (; j + 1 < vecs; j += 2) {
+    at::vec::convert_from_float<at::BFloat16>(src[j], src[j + 1]).store(dst + j * fVec::size());
+  }
+  if (j < vecs) {
+    at::vec::convert_from_float<at::BFloat16>(src[j], fVec(0.0f))
+        .store(dst + j * fVec::size(), fVec::size());
+  }
+}
+
+template <typename T>
+void attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+            const torch::Tensor& mask, float scale, torch::Tensor& out) {
+  const int64_t n = q.size(0), heads = q.size(1), groups = q.size(2), dim = q.size(3);
+  const int64_t keys = k.size(2), vecs = dim / fVec::size();
+  const T* qp = q.const_data_ptr<T>();
+  const T* kp = k.const_data_ptr<T>();
+  const T* vp = v.const_data_ptr<T>();
+  const T* mp = mask.const_data_ptr<T>();
+  T* op = out.mutable_data_ptr<T>();
+  const int64_t ks0 = k.stride(0), ks1 = k.stride(1), ks2 = k.stride(2);
+  const int64_t vs0 = v.stride(0), vs1 = v.stride(1), vs2 = v.stride(2);
+  const int64_t ms0 = mask.size(0) == 1 ? 0 : mask.stride(0), ms3 = mask.stride(3);
+  at::parallel_for(0, n * heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> weights(groups * keys);
+    fVec query[kMaxGroups][kMaxVecs];
+    fVec sum[kMaxGroups][kMaxVecs];
+    fVec row[kMaxVecs];
+    float total[kMaxGroups];
+    for (int64_t index = begin; index < end; ++index) {
+      const int64_t i = index / heads, h = index % heads;
+      const T* kr = kp + i * ks0 + h * ks1;
+      const T* vr = vp + i * vs0 + h * vs1;
+      const T* mr = mp + i * ms0;
+      const T* qr = qp + index * groups * dim;
+      for (int64_t g = 0; g < groups; ++g) load_float(qr + g * dim, query[g], vecs);
+      for (int64_t l = 0; l < keys; ++l) {
+        load_float(kr + l * ks2, row, vecs);
+        const float bias = static_cast<float>(mr[l * ms3]);
+        for (int64_t g = 0; g < groups; ++g) {
+          fVec dot = query[g][0] * row[0];
+          for (int64_t j = 1; j < vecs; ++j) dot = at::vec::fmadd(query[g][j], row[j], dot);
+          weights[g * keys + l] =
+              at::vec::vec_reduce_all<float>([](fVec& a, fVec& b) { return a + b; }, dot) *
+                  scale +
+              bias;
+        }
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        float* w = weights.data() + g * keys;
+        const float top = at::vec::reduce_all<float>(
+            [](fVec& a, fVec& b) { return at::vec::maximum(a, b); }, w, keys);
+        at::vec::map([top](fVec x) { return (x - fVec(top)).exp(); }, w, w, keys);
+        total[g] = at::vec::reduce_all<float>([](fVec& a, fVec& b) { return a + b; }, w, keys);
+        for (int64_t j = 0; j < vecs; ++j) sum[g][j] = fVec(0.0f);
+      }
+      for (int64_t l = 0; l < keys; ++l) {
+        bool seen = false;
+        for (int64_t g = 0; g < groups; ++g) seen |= weights[g * keys + l] != 0.0f;
+        if (!seen) continue;
+        load_float(vr + l * vs2, row, vecs);
+        for (int64_t g = 0; g < groups; ++g) {
+          const fVec weight(weights[g * keys + l]);
+          for (int64_t j = 0; j < vecs; ++j) sum[g][j] = at::vec::fmadd(weight, row[j], sum[g][j]);
+        }
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        const fVec inverse(1.0f / total[g]);
+        for (int64_t j = 0; j < vecs; ++j) sum[g][j] = sum[g][j] * inverse;
+        store(op + (index * groups + g) * dim, sum[g], vecs);
+      }
+    }
+  });
+}
+
+// q [n, kv_heads, groups, head_dim] contiguous; k, v [n, kv_heads, keys, head_dim] with
+// head_dim contiguous (views of the cache); mask [n or 1, 1, 1, keys] additive (0 or -inf).
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& mask, double scale) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && mask.dim() == 4, "4-d tensors");
+  TORCH_CHECK(q.is_contiguous() && k.stride(3) == 1 && v.stride(3) == 1, "layout");
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(1) == q.size(1) &&
+                  k.size(3) == q.size(3) && mask.size(3) == k.size(2),
+              "shapes");
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() &&
+                  mask.scalar_type() == q.scalar_type(),
+              "one dtype");
+  TORCH_CHECK(q.size(2) <= kMaxGroups && q.size(3) % fVec::size() == 0 &&
+                  q.size(3) <= kMaxVecs * fVec::size(),
+              "groups or head_dim");
+  auto out = torch::empty_like(q);
+  if (q.scalar_type() == torch::kBFloat16) {
+    attend<at::BFloat16>(q, k, v, mask, static_cast<float>(scale), out);
+  } else {
+    TORCH_CHECK(q.scalar_type() == torch::kFloat, "float32 or bfloat16");
+    attend<float>(q, k, v, mask, static_cast<float>(scale), out);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decode_attention", &decode_attention, py::call_guard<py::gil_scoped_release>());
+  m.attr("vector_width") = fVec::size();
+  m.attr("max_groups") = kMaxGroups;
+  m.attr("max_vectors") = kMaxVecs;
+}
