@@ -281,7 +281,8 @@ class LlamaRunner:
                 self._compile_failed(exc)
                 return
             self.compile_seconds = compiled.warm_seconds
-            self.attention = attention
+            if self.attention_kind != "native":
+                self.attention, self.attention_kind = attention, "compiled"
             self.compiled = compiled
             self.compile_state = "ready"
 
@@ -306,7 +307,6 @@ class LlamaRunner:
         """`grouped_attention` compiled by inductor and warmed on every shape a step meets."""
         attention = CompiledAttention(self.groups)
         attention.warm(self.kv_spec, self.scaling)
-        self.attention_kind = "compiled"
         return attention
 
     def _compile_failed(self, exc: Exception) -> None:
