@@ -118,7 +118,6 @@ class LlamaRunner:
         self.weights = weights
         self.compiled: CompiledDecode | None = None
         self.attention: Kernel = fused_attention
-        self.attention_kind = "fused"
         self.compile_state = "off"
         self.compile_seconds: dict[int, float] = {}
         self.projections = projections or [self.dense_layer(layer) for layer in self.layers]
@@ -281,14 +280,20 @@ class LlamaRunner:
                 self._compile_failed(exc)
                 return
             self.compile_seconds = compiled.warm_seconds
-            if self.attention_kind != "native":
-                self.attention, self.attention_kind = attention, "compiled"
+            self.attention = attention
             self.compiled = compiled
             self.compile_state = "ready"
 
         thread = threading.Thread(target=build, name="tandem-compile", daemon=True)
         thread.start()
         return thread
+
+    @property
+    def attention_kind(self) -> str:
+        """Which decode attention the steps use (`/health`): native, compiled or fused."""
+        if isinstance(self.attention, CompiledAttention):
+            return "compiled"
+        return "fused" if self.attention is fused_attention else "native"
 
     def _native_attention(self) -> Kernel | None:
         """The C++ decode attention kernel (native_attention.py), in use from now on, eager
@@ -300,7 +305,6 @@ class LlamaRunner:
             log.warning("native decode attention unavailable, compiling it instead: %s", reason)
             return None
         self.attention = kernel
-        self.attention_kind = "native"
         return kernel
 
     def _compiled_attention(self) -> Kernel:
@@ -312,8 +316,8 @@ class LlamaRunner:
     def _compile_failed(self, exc: Exception) -> None:
         """Fall back to the eager step for good, with one log line saying why."""
         self.compiled = None
-        if self.attention_kind != "native":
-            self.attention, self.attention_kind = fused_attention, "fused"
+        if isinstance(self.attention, CompiledAttention):  # the C++ kernel stays
+            self.attention = fused_attention
         self.compile_state = f"failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
         log.warning("compiled decode unavailable, running eagerly: %s", self.compile_state)
 

@@ -27,6 +27,7 @@ import importlib.util
 import os
 import shutil
 import time
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 
@@ -69,9 +70,11 @@ def native_kernel(spec: KVSpec, groups: int) -> Kernel:
     return module.decode_attention
 
 
+@cache
 def _build() -> ModuleType:
     """The extension for this CPU's vector width: loaded from its build folder when built
-    before, else compiled there first."""
+    before, else compiled there first; once a process (a failure is not kept: the next
+    runner tries again)."""
     capability = torch.backends.cpu.get_cpu_capability()
     # OpenMP: without it at::parallel_for runs on one thread; the library is torch's own
     # libgomp, already loaded under the same soname.
