@@ -186,6 +186,9 @@ def main() -> None:
                     f"{1000 * seconds:7.1f}"
                 )
     print(f"weights {runner.weights}  compile {runner.compile_state}")
+    pacer = peer.engine.pacer
+    fitted = "none" if pacer.key_seconds is None else f"{1e9 * pacer.key_seconds:.1f}"
+    print(f"prompt key cost, ns: fitted {fitted}, measured floor {1e9 * pacer.key_floor:.1f}")
     for key, value in asdict(hol).items():
         print(f"{key:<22} {value:10.1f}")
     print(f"stall (during p99 / before p50) {hol.itl_during_p99_ms / hol.itl_before_p50_ms:.2f}")

@@ -284,6 +284,9 @@ class CompiledDecode:
         self.warm_seconds: dict[int, float] = {}
         self.step_seconds: dict[int, float] = {}
         self.alone_seconds: dict[int, float] = {}
+        # A prompt chunk's attention per attended key (the runner's probe, after `warm`): the
+        # floor of the pacer's per-key cost.
+        self.key_seconds: float | None = None
 
     @property
     def max_rows(self) -> int:

@@ -368,7 +368,7 @@ class Engine:
             return
         compiled = getattr(self.runner, "compiled", None)
         if compiled is not None:
-            self.pacer.seed(compiled.step_seconds, compiled.alone_seconds)
+            self.pacer.seed(compiled.step_seconds, compiled.alone_seconds, compiled.key_seconds)
             self._pacer_seeded = True
 
     def _forward(self, batch: StepBatch) -> torch.Tensor | None:

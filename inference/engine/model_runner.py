@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -50,6 +51,11 @@ SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCa
 DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 LONG_ROW = 256
 KEY_BLOCK = 32
+# The chunk-attention probe (`chunk_key_seconds`): a chunk of the scheduler's floor, attending
+# from position 0 and from KEY_PROBE (or as far as the context allows), fastest of PROBE_RUNS.
+PROBE_CHUNK = 8
+KEY_PROBE = 1024
+PROBE_RUNS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +282,7 @@ class LlamaRunner:
                     attention = self._native_attention() or self._compiled_attention()
                     compiled = CompiledDecode(self, buckets)
                     compiled.warm(partial(self._step_plan, attention=attention))
+                    compiled.key_seconds = self.chunk_key_seconds()
             except Exception as exc:  # any compiler fault leaves the engine eager, said once
                 self._compile_failed(exc)
                 return
@@ -396,6 +403,40 @@ class LlamaRunner:
             scatter=None,
             gather=torch.tensor(slots, device=device),
         )
+
+    def chunk_key_seconds(self) -> float:
+        """Seconds a prompt chunk's attention costs per key it attends (chunk token x its
+        end position), all layers together, timed on a scratch cache of random K/V.
+
+        The prefill pacer bounds a step's chunks by their keys at a per-key cost it fits from
+        step times (pacing.py, `keys`); a long prompt's late chunks are where that matters,
+        and where a fit from noisy steps once read 0, which lifted the bound altogether. This
+        is a floor for the fit: what the keys cost at the least, measured once at start."""
+        start = max(0, min(KEY_PROBE, self.context_length - PROBE_CHUNK))
+        end = start + PROBE_CHUNK
+        spec = self.kv_spec
+        cache = KVCache(spec, 1, end, initial_capacity=end, fresh_pages=False)
+        slot = cache.allocate()
+        cache.extend(slot, end)
+        for layer in range(spec.num_layers):
+            cache.layer(layer).normal_()
+        q = torch.randn(PROBE_CHUNK, self.num_heads * self.head_dim, dtype=spec.dtype)
+        q = q.to(spec.device)
+
+        def fastest(position: int) -> float:
+            chunk = PrefillChunk(slot, position, [0] * PROBE_CHUNK, needs_logits=False)
+            visible = self._causal_visible(position, PROBE_CHUNK, cache.capacity)
+            times = []
+            for _ in range(PROBE_RUNS):
+                started = time.perf_counter()
+                for layer in range(spec.num_layers):
+                    keys, values = cache.layer(layer)
+                    self._chunk_attention(q, keys, values, chunk, visible)
+                times.append(time.perf_counter() - started)
+            return min(times)
+
+        extra = fastest(start) - fastest(0)
+        return max(extra, 0.0) / (PROBE_CHUNK * max(start, 1))
 
     def _causal_visible(self, start: int, size: int, capacity: int) -> torch.Tensor:
         """Which keys each query of a chunk sees: those up to its own position, out of

@@ -54,6 +54,7 @@ class PrefillPacer:
     seconds: dict[int, float] = field(default_factory=dict)
     alone: dict[int, float] = field(default_factory=dict)
     key_seconds: float | None = None
+    key_floor: float = 0.0
     padded: bool = False
     buckets: tuple[int, ...] = ()
     recent: deque[tuple[int, int, float]] = field(default_factory=lambda: deque(maxlen=KEY_WINDOW))
@@ -92,16 +93,28 @@ class PrefillPacer:
         decoders and 33 prompt tokens cost 164 ms at position 0 and 312 ms at 1,967 (eager,
         under load), so a bucket's time alone let the steps late in a long prompt grow
         past the multiple. What the bucket leaves of the allowed time, at the learned cost
-        per key, is what the chunks may attend; the scheduler still gives the step's first
-        chunk its MIN_CHUNK tokens.
+        per key (`per_key`), is what the chunks may attend; the scheduler still gives the
+        step's first chunk its MIN_CHUNK tokens.
         """
-        if not self.paced(decoders, starting) or not self.key_seconds:
+        per_key = self.per_key
+        if not self.paced(decoders, starting) or not per_key:
             return None
         reference = self.decoders_cost(self.bucket(max(decoders, self.reference_rows)))
         rows = self.estimate(self.bucket(decoders + tokens))
         if reference is None or rows is None:
             return None
-        return max(0, int((self.multiple * reference - rows) / self.key_seconds))
+        return max(0, int((self.multiple * reference - rows) / per_key))
+
+    @property
+    def per_key(self) -> float:
+        """The cost of a prompt key: the fitted slope, at least the measured `key_floor`.
+
+        Fitted from whole steps, the slope is noise over a small term: in one run on a Xeon
+        with AMX it read 0, which lifted the key bound (`keys` None), and the decoders'
+        ITL p99 while a 2,000-token prompt prefilled went to 2.95x their p50 before. The
+        floor is the chunk attention's own cost per key, timed at start
+        (`LlamaRunner.chunk_key_seconds`); the steps can only show more (cache traffic)."""
+        return max(self.key_seconds or 0.0, self.key_floor)
 
     def alone_tokens(self, decoders: int, starting: int = 0) -> int:
         """Prompt tokens a prefill-only step may take before the decoders' next step; 0: none
@@ -165,12 +178,16 @@ class PrefillPacer:
         return None
 
     def seed(
-        self, seconds_by_rows: dict[int, float], alone_by_rows: dict[int, float] | None = None
+        self,
+        seconds_by_rows: dict[int, float],
+        alone_by_rows: dict[int, float] | None = None,
+        key_seconds: float | None = None,
     ) -> None:
         """Step times measured elsewhere (the compiled graphs' warm-up), for the buckets this
         pacer has not measured itself; from now on steps run padded to their bucket.
         `alone_by_rows`: prefill-only steps' times by bucket, where measured apart (the
-        step's own time stands in for the others).
+        step's own time stands in for the others). `key_seconds`: a chunk's attention per
+        key, measured apart (the floor of `per_key`).
 
         Padded, the floor (`min_tokens`) beside 29 decoders makes a 37-row step that costs
         the whole 64-row bucket: left at 8 prompt tokens, a 32-prompt burst's last five
@@ -179,6 +196,7 @@ class PrefillPacer:
         """
         self.padded = True
         self.buckets = tuple(sorted(seconds_by_rows))
+        self.key_floor = key_seconds or 0.0
         alone = alone_by_rows or {}
         for rows, seconds in seconds_by_rows.items():
             self.seconds.setdefault(rows, seconds)
@@ -200,7 +218,7 @@ class PrefillPacer:
         if decoders:
             self.recent.append((key, prefill_keys, seconds))
             self._fit_key_seconds()
-            seconds -= (self.key_seconds or 0.0) * prefill_keys
+            seconds -= self.per_key * prefill_keys
         table = self.seconds if decoders else self.alone
         old = table.get(key)
         table[key] = seconds if old is None else old + SMOOTHING * (seconds - old)

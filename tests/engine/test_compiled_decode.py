@@ -102,6 +102,23 @@ def test_a_newcomer_runs_inside_a_compiled_step(compiled_runner, tokenizer, make
     assert compiled_runner.compile_state == "ready"
 
 
+def test_the_warm_up_measures_a_chunks_attention_per_key_and_seeds_the_pacer(
+    compiled_runner, tokenizer, make_engine
+):
+    """A prompt chunk's attention over 1,024 keys costs more than over 8: the probe reads a
+    positive cost per key, which the engine's pacer takes as its floor once it seeds."""
+    runner = LlamaRunner(
+        sharpen(LlamaForCausalLM(LlamaConfig(**tiny_config(max_position_embeddings=4096))))
+    )
+    with torch.inference_mode():
+        assert runner.chunk_key_seconds() > 0
+    key_seconds = compiled_runner.compiled.key_seconds
+    assert key_seconds is not None and key_seconds > 0
+    engine = make_engine(compiled_runner.model, tokenizer, runner=compiled_runner)
+    engine.generate_batch([(None, [5, 6, 7], SamplingParams(max_new_tokens=2))], WAIT)
+    assert engine.pacer.key_floor == key_seconds
+
+
 def test_q4_compiles_on_the_int4_kernel(tmp_path, tokenizer, make_engine):
     """q4 weights (int4 layers, int8 head) compile too; greedy equals their eager run's."""
     model, path = tiny_q4(tmp_path)

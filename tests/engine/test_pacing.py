@@ -147,6 +147,27 @@ def test_a_chunk_late_in_a_long_prompt_is_limited_by_the_keys_it_attends() -> No
     assert pacer.keys(31, 33) is None
 
 
+def test_the_measured_chunk_attention_bounds_keys_the_fit_cannot_see() -> None:
+    """Seeded with the chunk attention's own cost per key, the pacer bounds a late chunk's
+    keys before any step is fitted, and a fit that reads 0 (noise over a small term) or less
+    than the floor does not lift the bound; a fit above the floor is taken."""
+    floor = 0.040 / 66_000
+    pacer = PrefillPacer(max_tokens=512, reference_rows=32)
+    pacer.seed({rows: step_seconds(rows) for rows in (1, 2, 4, 8, 16, 32, 64)}, None, floor)
+    allowed = 1.6 * step_seconds(31)
+    bound = int((allowed - step_seconds(64)) / floor)
+    assert pacer.keys(31, 33) == bound
+    for keys in (10_000, 40_000, 10_000, 40_000):  # the same time whatever the keys: slope 0
+        pacer.observe(31, 33, step_seconds(64), keys)
+    assert pacer.key_seconds == 0.0
+    assert pacer.per_key == floor
+    at_floor = pacer.keys(31, 33)
+    assert at_floor is not None  # unfloored, a slope of 0 meant no bound at all
+    pacer.key_seconds = 3 * floor
+    assert pacer.per_key == 3 * floor
+    assert pacer.keys(31, 33) < at_floor
+
+
 def test_a_burst_is_not_paced_while_as_many_start_as_decode() -> None:
     """15 decoding beside 17 prompts still to feed: prefill takes the whole step, nobody
     goes alone and no key limit applies; with one prompt among 31 decoders pacing holds."""
