@@ -113,7 +113,7 @@ class PrefillPacer:
         with AMX it read 0, which lifted the key bound (`keys` None), and the decoders'
         ITL p99 while a 2,000-token prompt prefilled went to 2.95x their p50 before. The
         floor is the chunk attention's own cost per key, timed at start
-        (`LlamaRunner.chunk_key_seconds`); the steps can only show more (cache traffic)."""
+        (`LlamaRunner.chunk_key_seconds`): a key cannot add less to a step than that."""
         return max(self.key_seconds or 0.0, self.key_floor)
 
     def alone_tokens(self, decoders: int, starting: int = 0) -> int:
