@@ -20,6 +20,21 @@ using at::vec::Vectorized;
 using fVec = Vectorized<float>;
 constexpr int64_t kMaxGroups = 16;
 constexpr int64_t kMaxVecs = 16;
+// Rows a pass asks the memory for ahead of the one it reads. The cache sits on 4 KiB pages
+// (kv_cache.py, `zero_pages`), and the hardware's prefetchers stop at a page's end; asked
+// 8 rows ahead, 31 rows over 320 / 1,024 keys of a 30-layer float32 cache took 23.9 / 73.3
+// against 30.2 / 88.1 ms with 2 threads, 42.4 / 123.2 against 53.2 / 149.7 with 1 (medians
+// of 9 interleaved, 2-core AMD EPYC Zen 3, 2026-12-03).
+constexpr int64_t kPrefetchRows = 8;
+
+template <typename T>
+inline void prefetch_ahead(const T* rows, int64_t l, int64_t keys, int64_t stride, int64_t dim) {
+  if (l + kPrefetchRows >= keys) return;
+  const char* ahead = reinterpret_cast<const char*>(rows + (l + kPrefetchRows) * stride);
+  for (int64_t byte = 0; byte < dim * static_cast<int64_t>(sizeof(T)); byte += 64) {
+    __builtin_prefetch(ahead + byte);
+  }
+}
 
 inline void load_float(const float* src, fVec* dst, int64_t vecs) {
   for (int64_t j = 0; j < vecs; ++j) dst[j] = fVec::loadu(src + j * fVec::size());
@@ -82,6 +97,7 @@ void attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor&
       const T* qr = qp + index * groups * dim;
       for (int64_t g = 0; g < groups; ++g) load_float(qr + g * dim, query[g], vecs);
       for (int64_t l = 0; l < keys; ++l) {
+        prefetch_ahead(kr, l, keys, ks2, dim);
         load_float(kr + l * ks2, row, vecs);
         const float bias = static_cast<float>(mr[l * ms3]);
         for (int64_t g = 0; g < groups; ++g) {
@@ -104,6 +120,7 @@ void attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor&
       for (int64_t l = 0; l < keys; ++l) {
         bool seen = false;
         for (int64_t g = 0; g < groups; ++g) seen |= weights[g * keys + l] != 0.0f;
+        prefetch_ahead(vr, l, keys, vs2, dim);
         if (!seen) continue;
         load_float(vr + l * vs2, row, vecs);
         for (int64_t g = 0; g < groups; ++g) {
