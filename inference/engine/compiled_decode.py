@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch._inductor.config as inductor_config
@@ -30,6 +31,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from inference.engine.batch import PrefillChunk, StepBatch
 from inference.engine.errors import StepInterrupted
 from inference.engine.kv_cache import KVCache
+from inference.engine.timing import fastest_seconds
 from inference.engine.weights.projection import Projection, small_kernel
 
 log = logging.getLogger(__name__)
@@ -244,12 +246,6 @@ def run_stack(
     return logits[: len(step.logit_rows)]
 
 
-def _seconds(run: Callable[[StepPlan], torch.Tensor], step: StepPlan) -> float:
-    started = time.perf_counter()
-    run(step)
-    return time.perf_counter() - started
-
-
 class CompiledDecode:
     """Compiled decode graphs by bucket; `run` pads a decode-only step to its bucket."""
 
@@ -284,8 +280,6 @@ class CompiledDecode:
         self.warm_seconds: dict[int, float] = {}
         self.step_seconds: dict[int, float] = {}
         self.alone_seconds: dict[int, float] = {}
-        # A prompt chunk's attention per attended key (the runner's probe, after `warm`): the
-        # floor of the pacer's per-key cost.
         self.key_seconds: float | None = None
 
     @property
@@ -320,7 +314,7 @@ class CompiledDecode:
         cache.extend(slot, size)
         chunk = PrefillChunk(slot, 0, [0] * size, needs_logits=True)
         step = plan(StepBatch(chunks=[chunk]), cache)
-        seconds = min(_seconds(self.run, step) for _ in range(WARM_TIMINGS))
+        seconds = fastest_seconds(partial(self.run, step), WARM_TIMINGS)
         cache.reset()
         return seconds
 
@@ -337,6 +331,8 @@ class CompiledDecode:
         `template_rows`, max_autotune times each matmul shape on inductor's C++ GEMM
         template and on ATen's kernel as the graph is built (~3 s a shape, cached on disk)
         and keeps the faster. The decode attention kernel `plan` calls is ready before.
+        Last, the runner's probe times a prompt chunk's attention per key it attends
+        (`key_seconds`): the floor of the pacer's per-key cost.
         """
         inductor_config.max_autotune_gemm_backends = "CPP,ATEN"
         cache = KVCache(self.runner.kv_spec, LOGIT_ROWS + 1, self.max_rows)
@@ -361,7 +357,7 @@ class CompiledDecode:
             step = plan(batch, cache)
             self.run(step)
             self.warm_seconds[size] = round(time.perf_counter() - started, 1)
-            self.step_seconds[size] = min(_seconds(self.run, step) for _ in range(WARM_TIMINGS))
+            self.step_seconds[size] = fastest_seconds(partial(self.run, step), WARM_TIMINGS)
             cache.reset()
             if size > LOGIT_ROWS:
                 self.alone_seconds[size] = self._prefill_seconds(plan, cache, size)
@@ -371,3 +367,4 @@ class CompiledDecode:
                 self.warm_seconds[size],
                 " (matmuls timed on the C++ template)" if inductor_config.max_autotune else "",
             )
+        self.key_seconds = self.runner.chunk_key_seconds()

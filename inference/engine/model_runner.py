@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -42,6 +41,8 @@ from inference.engine.errors import StepInterrupted, UnsupportedModel
 from inference.engine.kv_cache import KVCache, KVSpec
 from inference.engine.native_attention import native_kernel
 from inference.engine.openmp import release_thread_pool
+from inference.engine.scheduler import MIN_CHUNK
+from inference.engine.timing import fastest_seconds
 from inference.engine.weights.layers import LayerProjections, dense_projection, layer_linears
 from inference.engine.weights.projection import Projection
 
@@ -51,9 +52,9 @@ SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCa
 DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 LONG_ROW = 256
 KEY_BLOCK = 32
-# The chunk-attention probe (`chunk_key_seconds`): a chunk of the scheduler's floor, attending
-# from position 0 and from KEY_PROBE (or as far as the context allows), fastest of PROBE_RUNS.
-PROBE_CHUNK = 8
+# The chunk-attention probe (`chunk_key_seconds`): a chunk of the scheduler's floor
+# (MIN_CHUNK), attending from position 0 and from KEY_PROBE (or as far as the context
+# allows), fastest of PROBE_RUNS.
 KEY_PROBE = 1024
 PROBE_RUNS = 5
 
@@ -282,7 +283,6 @@ class LlamaRunner:
                     attention = self._native_attention() or self._compiled_attention()
                     compiled = CompiledDecode(self, buckets)
                     compiled.warm(partial(self._step_plan, attention=attention))
-                    compiled.key_seconds = self.chunk_key_seconds()
             except Exception as exc:  # any compiler fault leaves the engine eager, said once
                 self._compile_failed(exc)
                 return
@@ -412,31 +412,29 @@ class LlamaRunner:
         step times (pacing.py, `keys`); a long prompt's late chunks are where that matters,
         and where a fit from noisy steps once read 0, which lifted the bound altogether. This
         is a floor for the fit: what the keys cost at the least, measured once at start."""
-        start = max(0, min(KEY_PROBE, self.context_length - PROBE_CHUNK))
-        end = start + PROBE_CHUNK
+        start = max(0, min(KEY_PROBE, self.context_length - MIN_CHUNK))
+        end = start + MIN_CHUNK
         spec = self.kv_spec
         cache = KVCache(spec, 1, end, initial_capacity=end, fresh_pages=False)
         slot = cache.allocate()
         cache.extend(slot, end)
         for layer in range(spec.num_layers):
             cache.layer(layer).normal_()
-        q = torch.randn(PROBE_CHUNK, self.num_heads * self.head_dim, dtype=spec.dtype)
+        q = torch.randn(MIN_CHUNK, self.num_heads * self.head_dim, dtype=spec.dtype)
         q = q.to(spec.device)
 
+        def every_layer(chunk: PrefillChunk, visible: torch.Tensor) -> None:
+            for layer in range(spec.num_layers):
+                keys, values = cache.layer(layer)
+                self._chunk_attention(q, keys, values, chunk, visible)
+
         def fastest(position: int) -> float:
-            chunk = PrefillChunk(slot, position, [0] * PROBE_CHUNK, needs_logits=False)
-            visible = self._causal_visible(position, PROBE_CHUNK, cache.capacity)
-            times = []
-            for _ in range(PROBE_RUNS):
-                started = time.perf_counter()
-                for layer in range(spec.num_layers):
-                    keys, values = cache.layer(layer)
-                    self._chunk_attention(q, keys, values, chunk, visible)
-                times.append(time.perf_counter() - started)
-            return min(times)
+            chunk = PrefillChunk(slot, position, [0] * MIN_CHUNK, needs_logits=False)
+            visible = self._causal_visible(position, MIN_CHUNK, cache.capacity)
+            return fastest_seconds(partial(every_layer, chunk, visible), PROBE_RUNS)
 
         extra = fastest(start) - fastest(0)
-        return max(extra, 0.0) / (PROBE_CHUNK * max(start, 1))
+        return max(extra, 0.0) / (MIN_CHUNK * max(start, 1))
 
     def _causal_visible(self, start: int, size: int, capacity: int) -> torch.Tensor:
         """Which keys each query of a chunk sees: those up to its own position, out of

@@ -13,10 +13,9 @@ layers' int8 still won). It takes about a second.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
+from inference.engine.timing import fastest_seconds
 from inference.engine.weights.layers import LayerProjections
 from inference.engine.weights.projection import Projection
 
@@ -28,16 +27,9 @@ WIN = 0.9
 
 
 def _fastest_seconds(run, x: torch.Tensor) -> float:
-    """The fastest of REPEATS timed calls after one untimed one (first-call set-up): other
-    work on the machine only adds time. With the median, one start on a 2-core AMD EPYC
-    (2026-12-03) read int8 as losing at one row, where it wins by 3-4x, and ran bf16."""
+    """The fastest of REPEATS timed calls after one untimed one (first-call set-up)."""
     run(x)
-    times = []
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        run(x)
-        times.append(time.perf_counter() - started)
-    return min(times)
+    return fastest_seconds(lambda: run(x), REPEATS)
 
 
 def kernel_seconds(projections: list[Projection], rows: int, small: bool) -> float:
