@@ -6,7 +6,7 @@ import torch
 
 from inference.engine.kv_cache import KVCache, KVSpec
 from inference.engine.sampling import SamplingParams
-from inference.engine.scheduler import BURST_WINDOW, Scheduler
+from inference.engine.scheduler import BURST_WINDOW, MIN_CHUNK, Scheduler
 from inference.engine.sequence import Sequence, Status
 
 SPEC = KVSpec(
@@ -90,7 +90,7 @@ def test_chunks_are_cut_to_the_keys_they_may_attend_but_the_first_always_advance
     assert chunks(sched.schedule(33, 33 * 600)) == {"long": 33}  # 33 x 545 fits
     long.num_computed = 1900
     assert chunks(sched.schedule(33, 20 * 1920)) == {"long": 20}
-    assert chunks(sched.schedule(33, 0)) == {"long": 8}  # MIN_CHUNK whatever it attends
+    assert chunks(sched.schedule(33, 0)) == {"long": MIN_CHUNK}  # whatever it attends
     short = sequence("short", 30)
     sched.add([short])
     # The short prompt goes first and attends 900 keys; the long one gets what is left.
