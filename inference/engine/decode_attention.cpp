@@ -86,11 +86,11 @@ inline void store(at::BFloat16* dst, const fVec* src, int64_t vecs) {
 }
 
 // G query heads per KV head and V vectors per head, when known at compile time (0: read from
-// q). Known, the loops unroll and a head's queries and sums stay in registers; read at run
-// time they live in memory, and 31 rows over 320 / 1,024 keys of a 30-layer bfloat16 cache
-// took 28.9 / 86.0 ms against 14.8 / 42.1, one row over 576 keys 2.20 against 1.54 (2
-// threads, medians of 11 interleaved, 2-core AMD EPYC Zen 4, 2026-12-04). Same arithmetic in
-// the same order: the results are bit for bit those of the run-time loops.
+// q). Known, the loops can unroll and keep a head's queries and sums in registers. Read at
+// run time, 31 rows over 320 / 1,024 keys of a 30-layer bfloat16 cache took 28.9 / 86.0 ms
+// against 14.8 / 42.1, one row over 576 keys 2.20 against 1.54 (2 threads, medians of 11
+// interleaved, 2-core AMD EPYC Zen 4, 2026-12-04). Same arithmetic in the same order: the
+// results are bit for bit those of the run-time loops.
 template <typename T, int64_t G, int64_t V>
 void attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
             const torch::Tensor& mask, float scale, torch::Tensor& out) {
