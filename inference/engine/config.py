@@ -31,7 +31,7 @@ class EngineConfig:
     max_step_tokens: int = 512
     max_seq_len: int | None = None
     kv_initial_tokens: int | None = None
-    prefill_multiple: float | None = 1.6
+    prefill_multiple: float | None = 1.4
     kv_release_after_s: float = 30.0
     prefix_reuse: bool = True
 

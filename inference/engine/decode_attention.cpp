@@ -9,18 +9,16 @@
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
-#include <ATen/cpu/vec/functional.h>
-#include <ATen/cpu/vec/vec.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "attention_kernels.h"
+#include "vector_rows.h"
+
+namespace tandem {
 namespace {
 
-using at::vec::Vectorized;
-using fVec = Vectorized<float>;
-constexpr int64_t kMaxGroups = 16;
-constexpr int64_t kMaxVecs = 16;
 // Rows a pass asks the memory for ahead of the one it reads. The cache sits on 4 KiB pages
 // (kv_cache.py, `zero_pages`), and the hardware's prefetchers stop at a page's end; asked
 // 8 rows ahead, 31 rows over 320 / 1,024 keys of a 30-layer float32 cache took 23.9 / 73.3
@@ -49,40 +47,6 @@ inline void prefetch_ahead(const T* rows, int64_t l, int64_t keys, int64_t strid
 template <typename T>
 inline void prefetch_first(const T* rows, int64_t keys, int64_t stride, int64_t dim) {
   for (int64_t l = 0; l < std::min(kPrefetchRows, keys); ++l) prefetch_row(rows + l * stride, dim);
-}
-
-inline void load_float(const float* src, fVec* dst, int64_t vecs) {
-  for (int64_t j = 0; j < vecs; ++j) dst[j] = fVec::loadu(src + j * fVec::size());
-}
-
-inline void load_float(const at::BFloat16* src, fVec* dst, int64_t vecs) {
-  int64_t j = 0;
-  for (; j + 1 < vecs; j += 2) {
-    auto [low, high] = at::vec::convert_to_float<at::BFloat16>(
-        Vectorized<at::BFloat16>::loadu(src + j * fVec::size()));
-    dst[j] = low;
-    dst[j + 1] = high;
-  }
-  if (j < vecs) {
-    auto [low, high] = at::vec::convert_to_float<at::BFloat16>(
-        Vectorized<at::BFloat16>::loadu(src + j * fVec::size(), fVec::size()));
-    dst[j] = low;
-  }
-}
-
-inline void store(float* dst, const fVec* src, int64_t vecs) {
-  for (int64_t j = 0; j < vecs; ++j) src[j].store(dst + j * fVec::size());
-}
-
-inline void store(at::BFloat16* dst, const fVec* src, int64_t vecs) {
-  int64_t j = 0;
-  for (; j + 1 < vecs; j += 2) {
-    at::vec::convert_from_float<at::BFloat16>(src[j], src[j + 1]).store(dst + j * fVec::size());
-  }
-  if (j < vecs) {
-    at::vec::convert_from_float<at::BFloat16>(src[j], fVec(0.0f))
-        .store(dst + j * fVec::size(), fVec::size());
-  }
 }
 
 // G query heads per KV head and V vectors per head, when known at compile time (0: read from
@@ -175,8 +139,8 @@ void attend_shaped(const torch::Tensor& q, const torch::Tensor& k, const torch::
   }
 }
 
-// q [n, kv_heads, groups, head_dim] contiguous; k, v [n, kv_heads, keys, head_dim] with
-// head_dim contiguous (views of the cache); mask [n or 1, 1, 1, keys] additive (0 or -inf).
+}  // namespace
+
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& mask, double scale) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && mask.dim() == 4, "4-d tensors");
@@ -200,11 +164,4 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k,
   return out;
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode_attention", &decode_attention, py::call_guard<py::gil_scoped_release>());
-  m.attr("vector_width") = fVec::size();
-  m.attr("max_groups") = kMaxGroups;
-  m.attr("max_vectors") = kMaxVecs;
-}
+}  // namespace tandem

@@ -39,7 +39,7 @@ from inference.engine.decode_attention import (
 )
 from inference.engine.errors import StepInterrupted, UnsupportedModel
 from inference.engine.kv_cache import KVCache, KVSpec
-from inference.engine.native_attention import native_kernel
+from inference.engine.native_attention import ChunkKernel, native_chunk_kernel, native_kernel
 from inference.engine.openmp import release_thread_pool
 from inference.engine.scheduler import MIN_CHUNK
 from inference.engine.timing import fastest_seconds
@@ -125,6 +125,7 @@ class LlamaRunner:
         self.weights = weights
         self.compiled: CompiledDecode | None = None
         self.attention: Kernel = fused_attention
+        self.chunk_kernel: ChunkKernel | None = None  # the C++ one, once built; else SDPA
         self.compile_state = "off"
         self.compile_seconds: dict[int, float] = {}
         self.projections = projections or [self.dense_layer(layer) for layer in self.layers]
@@ -206,8 +207,10 @@ class LlamaRunner:
                 logit_rows.append(len(token_ids) - 1)
         cache_rows = self._cache_rows(slots, torch.tensor(positions, device=device), cache)
         decode = self._decode_plan(batch, cache)
+        chunk_kernel, capacity = self.chunk_kernel, cache.capacity
         chunk_visible = [
-            self._causal_visible(c.start, len(c.token_ids), cache.capacity) for c in batch.chunks
+            None if chunk_kernel else self._causal_visible(c.start, len(c.token_ids), capacity)
+            for c in batch.chunks
         ]
         decoders = len(batch.decode_slots)
         lone = decode[0] if len(decode) == 1 and not batch.chunks else None
@@ -231,8 +234,9 @@ class LlamaRunner:
             offset = decoders
             for chunk, visible in zip(batch.chunks, chunk_visible, strict=True):
                 size = len(chunk.token_ids)
+                part = q[offset : offset + size]
                 parts.append(
-                    self._chunk_attention(q[offset : offset + size], keys, values, chunk, visible)
+                    self._chunk_attention(part, keys, values, chunk, visible, chunk_kernel)
                 )
                 offset += size
             return (parts[0] if len(parts) == 1 else torch.cat(parts)).to(dtype)
@@ -304,12 +308,18 @@ class LlamaRunner:
 
     def _native_attention(self) -> Kernel | None:
         """The C++ decode attention kernel (native_attention.py), in use from now on, eager
-        steps included; None where it cannot be had, said once."""
+        steps included, and its prompt-chunk kernel with it; None where they cannot be had,
+        said once."""
         try:
             kernel = native_kernel(self.kv_spec, self.groups)
+            self.chunk_kernel = native_chunk_kernel(self.kv_spec)
         except Exception as exc:  # no compiler, no ninja, a cache it does not take
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-            log.warning("native decode attention unavailable, compiling it instead: %s", reason)
+            log.warning(
+                "native attention unavailable (decode rows compiled instead, prompt chunks on "
+                "torch's fused kernel): %s",
+                reason,
+            )
             return None
         self.attention = kernel
         return kernel
@@ -422,15 +432,16 @@ class LlamaRunner:
             cache.layer(layer).normal_()
         q = torch.randn(MIN_CHUNK, self.num_heads * self.head_dim, dtype=spec.dtype)
         q = q.to(spec.device)
+        kernel = self.chunk_kernel
 
-        def every_layer(chunk: PrefillChunk, visible: torch.Tensor) -> None:
+        def every_layer(chunk: PrefillChunk, visible: torch.Tensor | None) -> None:
             for layer in range(spec.num_layers):
                 keys, values = cache.layer(layer)
-                self._chunk_attention(q, keys, values, chunk, visible)
+                self._chunk_attention(q, keys, values, chunk, visible, kernel)
 
         def fastest(position: int) -> float:
             chunk = PrefillChunk(slot, position, [0] * MIN_CHUNK, needs_logits=False)
-            visible = self._causal_visible(position, MIN_CHUNK, cache.capacity)
+            visible = None if kernel else self._causal_visible(position, MIN_CHUNK, cache.capacity)
             return fastest_seconds(partial(every_layer, chunk, visible), PROBE_RUNS)
 
         extra = fastest(start) - fastest(0)
@@ -500,10 +511,17 @@ class LlamaRunner:
         keys: torch.Tensor,
         values: torch.Tensor,
         chunk: PrefillChunk,
-        visible: torch.Tensor,
+        visible: torch.Tensor | None,
+        kernel: ChunkKernel | None,
     ) -> torch.Tensor:
-        """Causal grouped attention of a prefill chunk over its slot's prefix and itself."""
+        """Causal grouped attention of a prefill chunk over its slot's prefix and itself: on
+        the C++ kernel where it is built (no mask: it attends by position), else SDPA with
+        `visible`."""
         size = q.shape[0]
+        if kernel is not None:
+            grouped = q.view(size, self.num_kv_heads, self.groups, self.head_dim)
+            out = kernel(grouped, keys[chunk.slot], values[chunk.slot], chunk.start, self.scaling)
+            return out.view(size, self.num_heads * self.head_dim)
         extent = visible.shape[-1]
         q = q.view(1, size, self.num_heads, self.head_dim).transpose(1, 2)
         k = keys[chunk.slot, :, :extent].unsqueeze(0)

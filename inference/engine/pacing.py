@@ -48,7 +48,7 @@ class PrefillPacer:
     """Prefill token budget per step, from measured step times by row bucket."""
 
     max_tokens: int
-    multiple: float | None = 1.6
+    multiple: float | None = 1.4
     min_tokens: int = 8
     reference_rows: int = 1
     seconds: dict[int, float] = field(default_factory=dict)

@@ -1,6 +1,7 @@
-"""The C++ decode attention kernel: grouped attention's results, the same bits for a row
-whatever its companions or the view's length, its limits said, and the runner's fallback to
-the compiled kernel where it cannot be built."""
+"""The C++ attention kernels: decode rows as grouped attention, the same bits for a row
+whatever its companions or the view's length; prompt chunks as causal attention, the same
+bits however a prompt is cut; their limits said, and the runner's fallback to the compiled
+kernel where they cannot be built."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import inference.engine.model_runner as model_runner
+from inference.engine import SamplingParams
 from inference.engine.decode_attention import grouped_attention
 from inference.engine.kv_cache import KVSpec
 from inference.engine.model_runner import LlamaRunner
-from inference.engine.native_attention import native_kernel
-from tests.engine.helpers import sharpen, tiny_config
+from inference.engine.native_attention import native_chunk_kernel, native_kernel
+from tests.engine.helpers import WAIT, sharpen, tiny_config
 
 CPU = torch.device("cpu")
 KV_HEADS, GROUPS = 3, 3
@@ -81,9 +83,55 @@ def test_a_row_is_the_same_alone_beside_others_and_over_a_longer_view(dtype: tor
         assert torch.equal(alone[0], together[row]), row
 
 
+def prompt_case(dtype: torch.dtype, rows: int, head_dim: int = 64, capacity: int = 200):
+    """A chunk's queries, and one slot's keys and values [kv_heads, capacity, head_dim]."""
+    generator = torch.Generator().manual_seed(rows + head_dim)
+    q = torch.randn(rows, KV_HEADS, GROUPS, head_dim, generator=generator).to(dtype)
+    cache = torch.randn(2, KV_HEADS, capacity, head_dim, generator=generator).to(dtype)
+    return q, cache[0], cache[1]
+
+
+def causal_attention(q, keys, values, start: int, scale: float) -> torch.Tensor:
+    """Row r of a chunk at `start` over keys 0 .. start + r, in float32."""
+    rows = q.shape[0]
+    k, v = keys[:, : start + rows].float(), values[:, : start + rows].float()
+    scores = torch.einsum("rhgd,hld->rhgl", q.float(), k) * scale
+    seen = torch.arange(start + rows)[None, :] <= torch.arange(start, start + rows)[:, None]
+    scores = scores.masked_fill(~seen[:, None, None, :], float("-inf"))
+    return torch.einsum("rhgl,hld->rhgd", scores.softmax(-1), v)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [16, 64])
+@pytest.mark.parametrize(("rows", "start"), [(1, 0), (7, 0), (8, 53), (40, 100)])
+def test_a_chunk_matches_causal_attention(dtype, head_dim, rows, start) -> None:
+    """40 rows x 3 query heads: several tiles of queries, the last one partly empty."""
+    kernel = native_chunk_kernel(spec(dtype, head_dim))
+    q, keys, values = prompt_case(dtype, rows, head_dim)
+    got = kernel(q, keys, values, start, head_dim**-0.5)
+    want = causal_attention(q, keys, values, start, head_dim**-0.5)
+    assert got.dtype == dtype and got.shape == q.shape
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got.float(), want, atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_prompt_is_the_same_bits_however_it_is_cut(dtype: torch.dtype) -> None:
+    kernel = native_chunk_kernel(spec(dtype))
+    q, keys, values = prompt_case(dtype, 64)
+    whole = kernel(q, keys, values, 30, 0.125)
+    cuts = [(0, 13), (13, 40), (40, 41), (41, 64)]
+    pieces = [kernel(q[a:b].contiguous(), keys, values, 30 + a, 0.125) for a, b in cuts]
+    assert torch.equal(torch.cat(pieces), whole)
+    shorter = kernel(q, keys[:, :94].contiguous(), values[:, :94].contiguous(), 30, 0.125)
+    assert torch.equal(shorter, whole)
+
+
 def test_what_it_does_not_take_is_said() -> None:
     with pytest.raises(ValueError, match="float16"):
         native_kernel(spec(torch.float16), GROUPS)
+    with pytest.raises(ValueError, match="float16"):
+        native_chunk_kernel(spec(torch.float16))
     with pytest.raises(ValueError, match="head_dim 12"):
         native_kernel(spec(torch.float32, head_dim=12), GROUPS)
     with pytest.raises(ValueError, match="query heads per KV head"):
@@ -101,6 +149,24 @@ def test_the_compiled_step_attends_with_it() -> None:
     runner.compile_decode((1, 2)).join()
     assert runner.compile_state == "ready"
     assert runner.attention_kind == "native"
+    assert runner.chunk_kernel is not None
+
+
+def test_a_long_prompt_comes_out_the_same_in_chunks_on_it(tokenizer, make_engine) -> None:
+    """Fed 512 tokens a step or 16, a 300-token prompt's greedy tokens are the same."""
+    runner = tiny_runner()
+    runner.compile_decode((1, 2)).join()
+    assert runner.chunk_kernel is not None
+    prompt = torch.randint(100, 49152, (300,), generator=torch.Generator().manual_seed(5))
+    request = [(None, prompt.tolist(), SamplingParams(max_new_tokens=16, ignore_eos=True))]
+    outputs = []
+    for step_tokens in (512, 16):
+        engine = make_engine(
+            runner.model, tokenizer, runner=runner, max_step_tokens=step_tokens, max_running=2
+        )
+        outputs.append(engine.generate_batch(request, WAIT)[0].token_ids)
+        engine.shutdown()
+    assert outputs[0] == outputs[1]
 
 
 def test_without_a_build_the_compiled_kernel_attends_said_once(monkeypatch, caplog) -> None:
@@ -115,5 +181,7 @@ def test_without_a_build_the_compiled_kernel_attends_said_once(monkeypatch, capl
         runner.compile_decode((1, 2)).join()
     assert runner.compile_state == "ready"
     assert runner.attention_kind == "compiled"
-    said = [r.getMessage() for r in caplog.records if "native decode attention" in r.getMessage()]
+    assert runner.chunk_kernel is None
+    said = [r.getMessage() for r in caplog.records]
+    said = [message for message in said if "native attention unavailable" in message]
     assert len(said) == 1 and "Error building extension" in said[0]

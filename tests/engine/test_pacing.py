@@ -105,7 +105,7 @@ def test_few_decoders_may_slow_to_a_full_engines_step() -> None:
 
 
 def test_a_short_prompt_may_go_alone_when_its_step_costs_at_most_the_multiple() -> None:
-    pacer = PrefillPacer(max_tokens=512, reference_rows=32)
+    pacer = PrefillPacer(max_tokens=512, multiple=1.6, reference_rows=32)
     assert pacer.alone_tokens(31) == 0  # nothing known
     pacer.observe(31, 0, 0.160)  # the decoders' step
     pacer.observe(0, 37, 0.150)  # a 37-token prompt alone (bucket 64)
@@ -122,7 +122,7 @@ def test_a_short_prompt_may_go_alone_when_its_step_costs_at_most_the_multiple() 
 def test_a_chunk_late_in_a_long_prompt_is_limited_by_the_keys_it_attends() -> None:
     """Steps cost their bucket plus a term per attended key (chunk token x position)."""
     per_key = 0.040 / 66_000  # 33 tokens at position ~2,000 add a decode step's worth
-    pacer = PrefillPacer(max_tokens=512, reference_rows=32)
+    pacer = PrefillPacer(max_tokens=512, multiple=1.6, reference_rows=32)
     pacer.seed({rows: step_seconds(rows) for rows in (1, 2, 4, 8, 16, 32, 64)})
     assert pacer.keys(31, 33) is None  # the per-key cost is not known yet
     start = 0
@@ -152,7 +152,7 @@ def test_the_measured_chunk_attention_bounds_keys_the_fit_cannot_see() -> None:
     keys before any step is fitted, and a fit that reads 0 (noise over a small term) or less
     than the floor does not lift the bound; a fit above the floor is taken."""
     floor = 0.040 / 66_000
-    pacer = PrefillPacer(max_tokens=512, reference_rows=32)
+    pacer = PrefillPacer(max_tokens=512, multiple=1.6, reference_rows=32)
     pacer.seed({rows: step_seconds(rows) for rows in (1, 2, 4, 8, 16, 32, 64)}, None, floor)
     allowed = 1.6 * step_seconds(31)
     bound = int((allowed - step_seconds(64)) / floor)
@@ -171,7 +171,7 @@ def test_the_measured_chunk_attention_bounds_keys_the_fit_cannot_see() -> None:
 def test_a_burst_is_not_paced_while_as_many_start_as_decode() -> None:
     """15 decoding beside 17 prompts still to feed: prefill takes the whole step, nobody
     goes alone and no key limit applies; with one prompt among 31 decoders pacing holds."""
-    pacer = PrefillPacer(max_tokens=512, reference_rows=32)
+    pacer = PrefillPacer(max_tokens=512, multiple=1.6, reference_rows=32)
     pacer.seed({rows: step_seconds(rows) for rows in (1, 2, 4, 8, 16, 32, 64)})
     pacer.observe(31, 0, 0.040)
     pacer.key_seconds = 1e-6
