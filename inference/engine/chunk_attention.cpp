@@ -6,7 +6,7 @@
 // Then a vectorised softmax per lane, and the weighted sum over the values with kSub
 // queries' sums in registers. Late in a long prompt a chunk is a few rows over thousands of
 // keys, where torch's fused kernel ran at ~50 GFLOP/s: 8 rows over 2,000 keys of a 30-layer
-// bfloat16 cache took 11.2 ms against its 23.5 (docs/engine.md, "Prompt chunks in C++").
+// bfloat16 cache took 10.3 ms against its 20.5 (docs/engine.md, "Prompt chunks in C++").
 //
 // A row's result depends on its own query, its keys (those up to its own position) and the
 // keys' order only: its score is one lane's chain over head_dim, its softmax and its
@@ -28,7 +28,10 @@ namespace tandem {
 namespace {
 
 constexpr int64_t kKeys = 8;  // keys scored together: independent chains of multiply-adds
-constexpr int64_t kSub = 6;   // queries summed together: 6 x 4 accumulators at head_dim 64
+// Queries summed together: 6 x 4 accumulators at head_dim 64 with AVX-512's 32 registers; 2 x 8
+// with AVX2's 16 (an AVX2 build on a Zen 4, 8 rows over 2,000 keys, 30 layers: 19.1 ms
+// against 21.0 with 1 and 20.9 with 6; 512 rows from 0: 133.7 against 154.9 and 154.7).
+constexpr int64_t kSub = fVec::size() >= 16 ? 6 : 2;
 
 // V vectors per head when known at compile time (0: read from q). Each (KV head, tile of W
 // queries) is one work item; scores for a tile are kept [key][lane] in `w`.
@@ -70,7 +73,8 @@ void chunk(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& 
         for (int64_t d = 0; d < dim; ++d) qt[d * W + lane] = static_cast<float>(src[d]);
       }
       // Every accumulator is stored whatever the block's size: indexed by a count known only
-      // at run time, the compiler kept them in memory, a store per multiply-add (2.2x slower).
+      // at run time, the compiler kept them in memory, a store per multiply-add (8 rows over
+      // 2,000 keys, 30 layers: 24.8 against 10.2 ms).
       for (int64_t l0 = 0; l0 < keys; l0 += kKeys) {
         for (int64_t b = 0; b < std::min(kKeys, keys - l0); ++b) {
           load_float(kh + (l0 + b) * ks1, row, vecs);

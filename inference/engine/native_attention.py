@@ -42,10 +42,13 @@ from inference.engine.decode_attention import Kernel
 from inference.engine.kv_cache import KVSpec
 
 HERE = Path(__file__).parent
-SOURCES = [HERE / "decode_attention.cpp", HERE / "chunk_attention.cpp"]
-SOURCES.append(HERE / "attention_bindings.cpp")
+SOURCES = [
+    HERE / "decode_attention.cpp",
+    HERE / "chunk_attention.cpp",
+    HERE / "attention_bindings.cpp",  # the module that binds both kernels
+]
 HEADERS = [HERE / "attention_kernels.h", HERE / "vector_rows.h"]
-NAME = "tandem_decode_attention"
+NAME = "tandem_attention"
 # The instruction sets ATen's vector types are written for, as torch builds them.
 CAPABILITY_FLAGS = {
     "AVX512": [
