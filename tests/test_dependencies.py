@@ -1,6 +1,6 @@
 """Declared dependencies against the code: every third-party module the tree imports is
 declared in requirements.in (or, for bench/ alone, requirements-bench.txt), every package
-declared there is used, and requirements.lock pins each of them at the declared version."""
+declared there is used, and requirements.txt pins each of them at the declared version."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ PIN = re.compile(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s;\\]+)", re.MULTILIN
 USED_WITHOUT_IMPORT = {
     "daphne": "the ASGI server: the Procfile's command and an INSTALLED_APPS entry",
     "honcho": "runs the Procfile under `make run`",
-    "whitenoise": "middleware named in settings",
     "channels-redis": "the channel layer named in settings.CHANNEL_LAYERS (the echo socket)",
     "python-json-logger": "the JSON log formatter named in settings.LOGGING",
     "accelerate": "transformers refuses to load a GGUF file without it",
@@ -113,14 +112,14 @@ def test_every_declared_package_is_used():
 
 def test_the_lock_pins_what_is_declared_with_hashes():
     runtime = declared(ROOT / "requirements.in")
-    lock_text = (ROOT / "requirements.lock").read_text()
-    locked = declared(ROOT / "requirements.lock")
+    lock_text = (ROOT / "requirements.txt").read_text()
+    locked = declared(ROOT / "requirements.txt")
     drift = {
         name: (version, locked.get(name))
         for name, version in runtime.items()
         if locked.get(name, "").split("+")[0] != version
     }
-    assert drift == {}, f"requirements.lock is stale (run make lock): {drift}"
+    assert drift == {}, f"requirements.txt is stale (run make lock): {drift}"
     entries = re.split(r"\n(?=[A-Za-z0-9])", lock_text.split("\n\n")[-1])
     unhashed = [e.split(" ")[0] for e in entries if PIN.match(e) and "--hash=sha256:" not in e]
     assert unhashed == []

@@ -1,6 +1,6 @@
 """The optional diffusers backend: a text-to-image pipeline from a local model directory.
 
-It is in requirements.lock (so `make run` installs it); point TANDEM_IMAGE_MODEL_DIR
+It is in requirements.txt (so `make run` installs it); point TANDEM_IMAGE_MODEL_DIR
 at a pipeline saved with `save_pretrained` (Stable Diffusion or anything DiffusionPipeline
 loads). Nothing is downloaded: the directory is opened with local_files_only. The pipeline is
 loaded once per worker process and kept; progress comes from its step-end callback.
@@ -57,7 +57,7 @@ def load_pipeline(model_dir: str):
     except ImportError as exc:
         raise PermanentImageError(
             "the diffusers backend is not installed: "
-            "pip install --require-hashes -r requirements.lock"
+            "pip install --require-hashes -r requirements.txt"
         ) from exc
     cuda = torch.cuda.is_available()
     pipeline = DiffusionPipeline.from_pretrained(

@@ -1,20 +1,18 @@
 /* The narrow layout: below 760 px the conversation list hides behind the top bar's
  * "Conversations" button, which opens it over the page; Esc or a click outside closes it.
  */
-(function () {
-  "use strict";
 
-  var toggle = document.getElementById("sidebar-toggle");
-  var sidebar = document.getElementById("sidebar");
-  if (!toggle || !sidebar) { return; }
+const toggle = document.getElementById("sidebar-toggle");
+const sidebar = document.getElementById("sidebar");
 
-  function setOpen(open) {
-    toggle.setAttribute("aria-expanded", open ? "true" : "false");
-    document.body.classList.toggle("sidebar-open", open);
-  }
+function setOpen(open) {
+  toggle.setAttribute("aria-expanded", open ? "true" : "false");
+  document.body.classList.toggle("sidebar-open", open);
+}
 
+if (toggle && sidebar) {
   toggle.addEventListener("click", function () {
-    var open = toggle.getAttribute("aria-expanded") !== "true";
+    const open = toggle.getAttribute("aria-expanded") !== "true";
     setOpen(open);
     if (open) { (sidebar.querySelector("a, input, button") || sidebar).focus(); }
   });
@@ -30,4 +28,4 @@
       setOpen(false);
     }
   });
-})();
+}

@@ -3,19 +3,17 @@
  * Only when no other Esc handler took the key (the rename box, an open settings panel) and a
  * reply here still has its Stop button; it presses that button, so the request is the same.
  */
-(function () {
-  "use strict";
 
-  var list = document.getElementById("messages");
-  if (!list) { return; }
+const list = document.getElementById("messages");
 
+if (list) {
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Escape" || event.defaultPrevented || event.isComposing) { return; }
-    var settings = document.getElementById("settings-panel");
+    const settings = document.getElementById("settings-panel");
     if (settings && settings.open) { settings.open = false; return; }
-    var stops = list.querySelectorAll("button.stop:not(:disabled)");
+    const stops = list.querySelectorAll("button.stop:not(:disabled)");
     if (!stops.length) { return; }
     event.preventDefault();
     stops[stops.length - 1].click();
   });
-})();
+}

@@ -145,7 +145,7 @@ def save_tiny_pipeline(directory) -> None:
 
 @pytest.mark.skipif(
     not HAS_DIFFUSERS,
-    reason="diffusers is not installed (it is in requirements.lock)",
+    reason="diffusers is not installed (it is in requirements.txt)",
 )
 def test_diffusers_renders_a_tiny_random_pipeline_with_step_progress(tmp_path):
     from media.backends.diffusers_backend import DiffusersBackend, load_pipeline
