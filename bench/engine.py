@@ -13,7 +13,8 @@ driven over HTTP by one load client, and vLLM's CPU build (bench/served_peers.py
 bare-forward ceiling, the lecture's table and chart, the ITL flatness of one long stream and
 head-of-line blocking (these need the in-process `tandem` peer). Every request generates
 exactly --new-tokens tokens, greedily, EOS ignored. Prints tables and writes JSON to
-bench/results/.
+bench/results/; with --keep, also to bench/results/kept/, which docs/benchmarks.md's tables
+are made from (`make bench-docs`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from statistics import median
 
 import torch
 
-from bench import head_of_line, lecture, report, served_peers
+from bench import head_of_line, lecture, report, results_page, served_peers
 from bench.peers import (
     ceiling,
     hf_generate_batch,
@@ -46,8 +47,9 @@ from bench.peers.tandem import TandemPeer
 from bench.stats import Figures, PeerRun, quarter_ratio, summarise
 from bench.workload import burst, chat_prompts, chat_texts, poisson
 from inference.engine import EngineConfig
+from inference.engine.compile_cache import CompileCache
 from inference.engine.weights.choice import build_runner
-from inference.provisioning import loading
+from inference.provisioning import loading, model_source
 from inference.provisioning.startup import freeze_heap
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,6 +92,9 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument(
         "--build-llamacpp", action="store_true", help="build llama-server first if not cached"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="also keep it in bench/results/kept/ for the docs"
     )
     args = parser.parse_args()
     if args.quick:
@@ -317,10 +322,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     loaded = loading.load(args.model, args.dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
-    runner = build_runner(model, args.weights, loaded.gguf)
+    cache_dir = model_source.default_cache_dir() / "compiled"  # the web process's default
+    runner = build_runner(model, args.weights, loaded.gguf, cache=CompileCache(cache_dir))
     if report.TANDEM in args.peers and not args.no_compile:
         started = time.perf_counter()
-        runner.compile_decode().join()
+        runner.compile_decode(cache_dir=cache_dir).join()
         print(f"compiled decode: {runner.compile_state} in {time.perf_counter() - started:.0f} s")
     if not args.quick:
         settle()
@@ -382,6 +388,8 @@ def main() -> None:
     out.write_text(json.dumps(payload, indent=2))
     print(f"\nload average {info['load_average_start']} -> {info['load_average_end']}")
     print(f"wrote {out}")
+    if args.keep:
+        print(f"kept {results_page.keep(payload)}: `make bench-docs` puts it in the docs")
 
 
 if __name__ == "__main__":

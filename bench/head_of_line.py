@@ -23,8 +23,9 @@ from bench.peers.tandem import TandemPeer
 from bench.stats import Trace
 from bench.workload import burst, chat_prompts
 from inference.engine import EngineConfig, EngineObserver
+from inference.engine.compile_cache import CompileCache
 from inference.engine.weights.choice import build_runner
-from inference.provisioning import loading
+from inference.provisioning import loading, model_source
 from inference.provisioning.startup import freeze_heap
 
 BACKGROUND = 31
@@ -162,10 +163,11 @@ def main() -> None:
     parser.add_argument("--steps", action="store_true", help="print every step of the run")
     args = parser.parse_args()
     loaded = loading.load(None, "auto")
-    runner = build_runner(loaded.model, args.weights, loaded.gguf)
+    cache_dir = model_source.default_cache_dir() / "compiled"  # the web process's default
+    runner = build_runner(loaded.model, args.weights, loaded.gguf, cache=CompileCache(cache_dir))
     if not args.no_compile:
         started = time.perf_counter()
-        runner.compile_decode().join()
+        runner.compile_decode(cache_dir=cache_dir).join()
         print(f"compiled decode: {runner.compile_state} in {time.perf_counter() - started:.0f} s")
     config = EngineConfig(max_running=32, max_step_tokens=512)
     peer = TandemPeer(loaded.model, loaded.tokenizer, config, runner)

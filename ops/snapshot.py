@@ -137,8 +137,8 @@ def banners(redis: dict[str, str], celery: dict[str, Any], engine: dict[str, Any
             {
                 "component": "model",
                 "level": "info",
-                "text": "The compiled decode step is building: replies run eagerly (slower) "
-                "until it is ready.",
+                "text": "The compiled decode step is warming: replies run eagerly (slower) "
+                "in the buckets not ready yet.",
             }
         )
     elif state == "ready" and compile_state.startswith("failed"):

@@ -1,4 +1,4 @@
-"""The step compiled: one inductor graph per row bucket, attention left to the runner.
+"""The step compiled: one AOTInductor graph per row bucket, attention left to the runner.
 
 At one row a decode step is ~120 small matmuls plus norms, rotary and activations, each a
 separate eager kernel call; the call overhead and the unpacked bf16 weights, not the bytes,
@@ -10,25 +10,30 @@ So it is an opaque custom op (`tandem::decode_attention`) that the graph calls o
 layer; the op runs the step's own `attend` (the runner's: write K/V into the cache, grouped
 decode attention, causal attention per prompt chunk), which the caller sets in
 `StepContext` around the call. A step's rows (decode tokens and prompt chunks together) are
-padded up to a bucket (1 … 512): shapes are static, every bucket is compiled and warmed at
-start, and a steady state never recompiles. Steps with more rows (long prompts) run eagerly.
+padded up to a bucket (1 … 512): shapes are static, and steps with more rows (long prompts)
+run eagerly. Each bucket is exported and compiled ahead of time into a package kept on disk
+(`compile_cache.py`), so a restart loads it in under a second; a bucket serves steps as soon as
+it is loaded or built, the one-row bucket first, and eager steps stand in for the rest.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import torch
-import torch._inductor.config as inductor_config
 from torch import nn
+from torch._inductor.package import load_package
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from inference.engine.batch import PrefillChunk, StepBatch
+from inference.engine.compile_cache import RUNNERS, CompileCache, platform_key, tensors_digest
 from inference.engine.errors import StepInterrupted
 from inference.engine.kv_cache import KVCache
 from inference.engine.timing import fastest_seconds
@@ -48,7 +53,6 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 40, 48, 64, 128, 256, 512)
 # engine (max_running 32) plus nothing else; a step that samples more runs eagerly.
 LOGIT_ROWS = 32
 WARM_TIMINGS = 3
-RECOMPILE_ROOM = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,9 @@ class StepContext:
     attend: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
     rows: int
     interrupt: Callable[[int], bool] | None
+    # What the op raised: a compiled graph hands it back as a RuntimeError with its text,
+    # so `run_stack` raises this one instead (StepInterrupted keeps its type and layer).
+    raised: BaseException | None = field(default=None)
 
 
 _step = threading.local()
@@ -92,10 +99,14 @@ def _decode_attention(q: torch.Tensor, kv: torch.Tensor, layer: int) -> torch.Te
     First a newcomer's step may run (the step's `interrupt`), and the step goes on from this
     layer, or starts over (StepInterrupted) if that step moved the cache's rows."""
     context: StepContext = _step.context
-    if context.interrupt is not None and context.interrupt(layer):
-        raise StepInterrupted(layer)
-    rows = context.rows
-    out = context.attend(q[:rows], kv[:rows], layer)
+    try:
+        if context.interrupt is not None and context.interrupt(layer):
+            raise StepInterrupted(layer)
+        rows = context.rows
+        out = context.attend(q[:rows], kv[:rows], layer)
+    except BaseException as exc:
+        context.raised = exc
+        raise
     if rows == q.shape[0]:
         return out
     return torch.cat([out, out.new_zeros(q.shape[0] - rows, out.shape[1])])
@@ -238,34 +249,41 @@ def run_stack(
     positions[:real] = torch.tensor(step.positions, device=device)
     pick[: len(step.logit_rows)] = torch.tensor(step.logit_rows, dtype=torch.long, device=device)
     outer = getattr(_step, "context", None)  # a step a newcomer's runs inside
-    _step.context = StepContext(step.attend, real, step.interrupt)
+    context = StepContext(step.attend, real, step.interrupt)
+    _step.context = context
     try:
         logits = stack(ids, positions, pick)
+    except Exception:
+        if context.raised is not None:
+            raise context.raised from None
+        raise
     finally:
         _step.context = outer
     return logits[: len(step.logit_rows)]
 
 
+@dataclass(slots=True)
+class BucketState:
+    """Where one bucket stands (`/health`): pending, warming, loaded (from the cache) or built
+    (here, and stored), and the seconds that took."""
+
+    state: str = "pending"
+    seconds: float | None = None
+
+
 class CompiledDecode:
-    """Compiled decode graphs by bucket; `run` pads a decode-only step to its bucket."""
+    """Compiled decode graphs by bucket; `run` pads a step to the smallest ready bucket."""
 
-    buckets_built = 0  # by every CompiledDecode of the process (their graphs share a cache)
-
-    def __init__(self, runner: object, buckets: tuple[int, ...] = BUCKETS) -> None:
-        """Build it on the thread that warms it: inductor's config is per thread."""
-        inductor_config.freezing = True
+    def __init__(
+        self, runner: object, buckets: tuple[int, ...] = BUCKETS, cache_dir: Path | None = None
+    ) -> None:
+        """`cache_dir` holds the packages (compile_cache.py); None: a folder of this process
+        that nothing else reads. Build it on the thread that warms it: inductor's config is
+        per thread."""
         self.templates = gemm_templates(runner.kv_spec.device)
         for module in runner.stack.modules():
             if self.templates and isinstance(module, _Linear) and module.kind != "dense":
                 module.compiled_max_rows = buckets[-1]
-        # Graphs are cached per code object, DecodeModel.forward's, across every runner of the
-        # process (the tests and benches build several), so the room grows with every bucket
-        # built here; dynamo's config is per thread, so set it here. Steady state cannot
-        # recompile anyway: steps run under "fail_on_recompile".
-        CompiledDecode.buckets_built += len(buckets)
-        torch._dynamo.config.cache_size_limit = max(
-            torch._dynamo.config.cache_size_limit, RECOMPILE_ROOM * CompiledDecode.buckets_built
-        )
         weight_only = [
             m.compiled_max_rows
             for m in runner.stack.modules()
@@ -276,30 +294,156 @@ class CompiledDecode:
         )
         self.runner = runner
         self.buckets = buckets
-        self.graph = torch.compile(runner.stack, dynamic=False, fullgraph=True)
+        self.cache = CompileCache(cache_dir) if cache_dir is not None else None
+        self.graphs: dict[int, Callable[..., torch.Tensor]] = {}
+        self.states = {size: BucketState() for size in buckets}
         self.warm_seconds: dict[int, float] = {}
         self.step_seconds: dict[int, float] = {}
         self.alone_seconds: dict[int, float] = {}
         self.key_seconds: float | None = None
+        self.ready = False  # every bucket warmed and timed
 
     @property
     def max_rows(self) -> int:
         """Steps with more rows than this run eagerly."""
         return self.buckets[-1]
 
-    def bucket(self, rows: int) -> int:
-        """The smallest bucket holding `rows`."""
-        return next(b for b in self.buckets if b >= rows)
+    def bucket(self, rows: int) -> int | None:
+        """The smallest ready bucket holding `rows` (None: none is ready yet)."""
+        return next((b for b in self.buckets if b >= rows and b in self.graphs), None)
 
     def fits(self, rows: int, logit_rows: int) -> bool:
         """Whether a step of `rows` rows, `logit_rows` of them sampled, has a graph."""
-        return 0 < rows <= self.max_rows and logit_rows <= min(self.bucket(rows), LOGIT_ROWS)
+        size = self.bucket(rows) if rows > 0 else None
+        return size is not None and logit_rows <= min(size, LOGIT_ROWS)
 
     def run(self, step: StepPlan) -> torch.Tensor:
         """Logits of a step through its bucket's graph: rows padded to the bucket (token 0
         at position 0: attend never sees them), a fixed number of picked rows."""
         size = self.bucket(len(step.token_ids))
-        return run_stack(self.graph, step, size, min(size, LOGIT_ROWS))
+        return run_stack(self.graphs[size], step, size, min(size, LOGIT_ROWS))
+
+    def status(self) -> dict[int, dict[str, object]]:
+        """Each bucket's state and seconds (`/health`, `/ops/`)."""
+        return {size: {"state": s.state, "seconds": s.seconds} for size, s in self.states.items()}
+
+    def key(self, weights: str) -> dict[str, object]:
+        """What makes the packages valid (compile_cache.py); each is the bucket's of it."""
+        linears = sorted(
+            {
+                (m.kind, m.max_rows, m.compiled_max_rows)
+                for m in self.runner.stack.modules()
+                if isinstance(m, _Linear)
+            }
+        )
+        return {
+            **platform_key(),
+            "weights": weights,
+            "weights_kind": self.runner.weights,
+            "dtype": str(self.runner.kv_spec.dtype),
+            "device": str(self.runner.kv_spec.device),
+            "linears": [list(entry) for entry in linears],
+            "templates": self.templates,
+            "template_rows": self.template_rows,
+        }
+
+    def _build(self, size: int, path: Path) -> None:
+        """Export the stack at `size` rows and compile it into the package `path`: frozen
+        weights, and up to `template_rows` each matmul shape timed on inductor's C++ GEMM
+        template against ATen's kernel (~3 s a shape), the faster kept."""
+        args = (
+            torch.zeros(size, dtype=torch.long, device=self.runner.kv_spec.device),
+            torch.zeros(size, dtype=torch.long, device=self.runner.kv_spec.device),
+            torch.zeros(min(size, LOGIT_ROWS), dtype=torch.long, device=self.runner.kv_spec.device),
+        )
+        program = torch.export.export(self.runner.stack, args, strict=False)
+        torch._inductor.aoti_compile_and_package(
+            program,
+            package_path=str(path),
+            inductor_configs={
+                "freezing": True,
+                "max_autotune": size <= self.template_rows,
+                "max_autotune_gemm_backends": "CPP,ATEN",
+            },
+        )
+
+    def _graph(self, size: int, weights: str, scratch: Path) -> Callable[..., torch.Tensor]:
+        """The bucket's graph, from the cache or built (into it, or into `scratch`)."""
+        if self.cache is None:
+            path = scratch / f"bucket-{size}.pt2"
+            self._build(size, path)
+            self.states[size].state = "built"
+            return load_package(str(path), num_runners=RUNNERS)
+        loaded = self.cache.get(self.key(weights), size, partial(self._build, size))
+        self.states[size].state = loaded.how
+        if loaded.how == "built":
+            log.info("compiled step: bucket %d had %s", size, loaded.note or "no cache entry")
+        return loaded.graph
+
+    def warm(self, plan: Callable[[StepBatch, KVCache], StepPlan]) -> None:
+        """Load or build every bucket, smallest first, each serving steps once it is there;
+        then time it on a scratch cache of its own: one step of the graph (`step_seconds`,
+        which seed the prefill pacer: the fastest of WARM_TIMINGS runs, as the first runs
+        still fault in its constants, 2-3x a steady step).
+
+        A bucket up to LOGIT_ROWS is timed with that many decode rows; a larger one with
+        LOGIT_ROWS decode rows and a prompt chunk filling the rest, then once more as one
+        prompt's chunk alone (`alone_seconds`: what a prefill-only step of its rows costs;
+        for the smaller buckets the pacer takes the decode step's time). The decode attention
+        kernel `plan` calls is ready before. Last, the runner's probe times a prompt chunk's
+        attention per key it attends (`key_seconds`): the floor of the pacer's per-key cost.
+        """
+        weights = tensors_digest(
+            [*self.runner.stack.named_parameters(), *self.runner.stack.named_buffers()]
+        )
+        cache = KVCache(self.runner.kv_spec, LOGIT_ROWS + 1, self.max_rows)
+        with tempfile.TemporaryDirectory(prefix="tandem-buckets-") as scratch:
+            for size in self.buckets:
+                started = time.perf_counter()
+                self.states[size].state = "warming"
+                self.graphs[size] = self._graph(size, weights, Path(scratch))
+                step = self._timing_step(plan, cache, size)
+                self.run(step)
+                self.warm_seconds[size] = round(time.perf_counter() - started, 1)
+                self.states[size].seconds = self.warm_seconds[size]
+                self.step_seconds[size] = fastest_seconds(partial(self.run, step), WARM_TIMINGS)
+                cache.reset()
+                if size > LOGIT_ROWS:
+                    self.alone_seconds[size] = self._prefill_seconds(plan, cache, size)
+                log.info(
+                    "compiled step: bucket %d %s in %.1f s%s",
+                    size,
+                    "loaded from the cache" if self.states[size].state == "loaded" else "built",
+                    self.warm_seconds[size],
+                    " (matmuls timed on the C++ template)"
+                    if self.states[size].state == "built" and size <= self.template_rows
+                    else "",
+                )
+        self.key_seconds = self.runner.chunk_key_seconds()
+        self.ready = True
+
+    @staticmethod
+    def _timing_step(
+        plan: Callable[[StepBatch, KVCache], StepPlan], cache: KVCache, size: int
+    ) -> StepPlan:
+        """A step of `size` rows on the scratch cache: up to LOGIT_ROWS decoders, then one
+        prompt chunk for the rest."""
+        decoders = min(size, LOGIT_ROWS)
+        slots = [cache.allocate() for _ in range(decoders)]
+        for slot in slots:
+            cache.extend(slot, 1)
+        chunks = []
+        if size > decoders:
+            slot = cache.allocate()
+            cache.extend(slot, size - decoders)
+            chunks.append(PrefillChunk(slot, 0, [0] * (size - decoders), needs_logits=False))
+        batch = StepBatch(
+            decode_slots=slots,
+            decode_token_ids=[0] * decoders,
+            decode_positions=[0] * decoders,
+            chunks=chunks,
+        )
+        return plan(batch, cache)
 
     def _prefill_seconds(
         self, plan: Callable[[StepBatch, KVCache], StepPlan], cache: KVCache, size: int
@@ -309,7 +453,7 @@ class CompiledDecode:
         only if that step costs little enough; seeded with the mixed step's time instead
         (31 decoders beside the chunk: their attention and their rows' logits), a 40-token
         prompt's 48-row step looked too dear at a multiple of 1.4 and went in mixed steps,
-        3.3x its idle time to first token (docs/benchmarks.md, 2026-12-03)."""
+        3.3x its idle time to first token (2-core AMD EPYC, 2026-12-03)."""
         slot = cache.allocate()
         cache.extend(slot, size)
         chunk = PrefillChunk(slot, 0, [0] * size, needs_logits=True)
@@ -317,54 +461,3 @@ class CompiledDecode:
         seconds = fastest_seconds(partial(self.run, step), WARM_TIMINGS)
         cache.reset()
         return seconds
-
-    def warm(self, plan: Callable[[StepBatch, KVCache], StepPlan]) -> None:
-        """Compile and run every bucket on a scratch cache of its own, timing each: the
-        compile (`warm_seconds`) and then one step of the compiled graph (`step_seconds`,
-        which seed the prefill pacer: the fastest of WARM_TIMINGS runs, as the first runs
-        after a build still fault in its constants, 2-3x a steady step).
-
-        A bucket up to LOGIT_ROWS is warmed with that many decode rows; a larger one with
-        LOGIT_ROWS decode rows and a prompt chunk filling the rest, then timed once more as
-        one prompt's chunk alone (`alone_seconds`: what a prefill-only step of its rows
-        costs; for the smaller buckets the pacer takes the decode step's time). Up to
-        `template_rows`, max_autotune times each matmul shape on inductor's C++ GEMM
-        template and on ATen's kernel as the graph is built (~3 s a shape, cached on disk)
-        and keeps the faster. The decode attention kernel `plan` calls is ready before.
-        Last, the runner's probe times a prompt chunk's attention per key it attends
-        (`key_seconds`): the floor of the pacer's per-key cost.
-        """
-        inductor_config.max_autotune_gemm_backends = "CPP,ATEN"
-        cache = KVCache(self.runner.kv_spec, LOGIT_ROWS + 1, self.max_rows)
-        for size in self.buckets:
-            inductor_config.max_autotune = size <= self.template_rows
-            started = time.perf_counter()
-            decoders = min(size, LOGIT_ROWS)
-            slots = [cache.allocate() for _ in range(decoders)]
-            for slot in slots:
-                cache.extend(slot, 1)
-            chunks = []
-            if size > decoders:
-                slot = cache.allocate()
-                cache.extend(slot, size - decoders)
-                chunks.append(PrefillChunk(slot, 0, [0] * (size - decoders), needs_logits=False))
-            batch = StepBatch(
-                decode_slots=slots,
-                decode_token_ids=[0] * decoders,
-                decode_positions=[0] * decoders,
-                chunks=chunks,
-            )
-            step = plan(batch, cache)
-            self.run(step)
-            self.warm_seconds[size] = round(time.perf_counter() - started, 1)
-            self.step_seconds[size] = fastest_seconds(partial(self.run, step), WARM_TIMINGS)
-            cache.reset()
-            if size > LOGIT_ROWS:
-                self.alone_seconds[size] = self._prefill_seconds(plan, cache, size)
-            log.info(
-                "compiled step: bucket %d ready in %.1f s%s",
-                size,
-                self.warm_seconds[size],
-                " (matmuls timed on the C++ template)" if inductor_config.max_autotune else "",
-            )
-        self.key_seconds = self.runner.chunk_key_seconds()

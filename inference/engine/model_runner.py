@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -180,8 +181,7 @@ class LlamaRunner:
         compiled = self.compiled
         if compiled is not None and compiled.fits(len(step.token_ids), len(step.logit_rows)):
             try:
-                with torch.compiler.set_stance("fail_on_recompile"):
-                    return compiled.run(step)
+                return compiled.run(step)
             except StepInterrupted:
                 raise
             except Exception as exc:  # any compiler fault: this step and the rest run eagerly
@@ -268,11 +268,15 @@ class LlamaRunner:
 
         return attend
 
-    def compile_decode(self, buckets: tuple[int, ...] = BUCKETS) -> threading.Thread:
-        """Build the compiled decode step in a background thread; steps run eagerly meanwhile.
+    def compile_decode(
+        self, buckets: tuple[int, ...] = BUCKETS, cache_dir: Path | None = None
+    ) -> threading.Thread:
+        """Load or build the compiled step's buckets in a background thread (from and into
+        `cache_dir`, compile_cache.py); steps run eagerly until their bucket is there.
 
-        The graphs are warmed on a scratch cache, so the engine's own cache is never touched
-        from this thread; `compiled` is set (one attribute store) once every bucket runs.
+        The graphs are timed on a scratch cache, so the engine's own cache is never touched
+        from this thread; `compiled` is set (one attribute store) before the first bucket,
+        which serves steps as soon as it is loaded.
         The caller's OpenMP workers (left by loading the model) are released first, as
         `Engine.start` does: beside them the build thread's kernels ran at about half speed,
         and the warm-up's step times, which seed the prefill pacer, read so (a one-row step
@@ -285,19 +289,26 @@ class LlamaRunner:
             try:
                 with torch.inference_mode():
                     attention = self._native_attention() or self._compiled_attention()
-                    compiled = CompiledDecode(self, buckets)
+                    compiled = CompiledDecode(self, buckets, cache_dir)
+                    self.compiled = compiled
                     compiled.warm(partial(self._step_plan, attention=attention))
             except Exception as exc:  # any compiler fault leaves the engine eager, said once
                 self._compile_failed(exc)
                 return
             self.compile_seconds = compiled.warm_seconds
             self.attention = attention
-            self.compiled = compiled
             self.compile_state = "ready"
 
         thread = threading.Thread(target=build, name="tandem-compile", daemon=True)
         thread.start()
         return thread
+
+    @property
+    def compile_buckets(self) -> dict[int, dict[str, object]]:
+        """Each compiled bucket's state and seconds (`/health`); empty without a compiled
+        step."""
+        compiled = self.compiled
+        return compiled.status() if compiled is not None else {}
 
     @property
     def attention_kind(self) -> str:

@@ -109,6 +109,9 @@ class ModelRuntime:
                 runner = self.engine.runner
                 info["compile"] = getattr(runner, "compile_state", "off")
                 info["attention"] = getattr(runner, "attention_kind", "fused")
+                buckets = getattr(runner, "compile_buckets", {})
+                if buckets:
+                    info["compile_buckets"] = buckets
             if self.remote is not None:
                 info["engines"] = self.remote.snapshot()
             return info

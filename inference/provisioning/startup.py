@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import gc
 import threading
+from pathlib import Path
 
 import torch
 from django.conf import settings
 
 from inference.engine import Engine, EngineConfig
+from inference.engine.compile_cache import CompileCache
 from inference.engine.model_runner import ModelRunner
 from inference.engine.weights.choice import build_runner
-from inference.provisioning import loading, synthetic
+from inference.provisioning import loading, model_source, synthetic
 from inference.provisioning.metrics_observer import PrometheusObserver
 from inference.provisioning.recent_stats import ObserverChain, recent_stats
 
@@ -42,12 +44,22 @@ def load_source() -> tuple[loading.LoadedModel, ModelRunner | None, threading.Th
     if settings.TANDEM_TORCH_THREADS:
         torch.set_num_threads(settings.TANDEM_TORCH_THREADS)
     loaded = loading.load(settings.TANDEM_MODEL, settings.TANDEM_DTYPE)
-    runner = build_runner(loaded.model, settings.TANDEM_WEIGHTS, loaded.gguf)
+    cache_dir = compile_cache_dir()
+    cache = CompileCache(cache_dir) if cache_dir is not None else None
+    runner = build_runner(loaded.model, settings.TANDEM_WEIGHTS, loaded.gguf, cache=cache)
     loaded.weights = runner.weights
     compiling = None
     if settings.TANDEM_COMPILE:
-        compiling = runner.compile_decode(settings.TANDEM_COMPILE_BUCKETS)
+        compiling = runner.compile_decode(settings.TANDEM_COMPILE_BUCKETS, cache_dir)
     return loaded, runner, compiling
+
+
+def compile_cache_dir() -> Path | None:
+    """Where the compiled buckets are kept (TANDEM_COMPILE_CACHE); None: nowhere."""
+    setting = settings.TANDEM_COMPILE_CACHE.strip()
+    if setting.lower() == "off":
+        return None
+    return Path(setting).expanduser() if setting else model_source.default_cache_dir() / "compiled"
 
 
 def start_engine() -> tuple[loading.LoadedModel, Engine]:

@@ -77,6 +77,8 @@ def compiled_server(django_db_setup, service_logs) -> Iterator[Daphne]:
 def test_a_long_reply_streams_from_the_compiled_step(compiled_server, page) -> None:
     model = health(compiled_server)["model"]
     assert model["compile"] == "ready" and model["state"] == "ready"
+    (bucket,) = model["compile_buckets"].items()
+    assert bucket[0] == "1" and bucket[1]["state"] in ("built", "loaded"), bucket
     user, password = make_user("speed")
     chat = open_chat(page, compiled_server.url, user, password)
     chat.page.evaluate(TIMER)

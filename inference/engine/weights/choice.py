@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from inference.engine.compile_cache import CompileCache, platform_key
 from inference.engine.model_runner import LlamaRunner, runner_for
 from inference.engine.weights.crossover import (
     ROWS,
@@ -138,34 +139,62 @@ def q4_layers(model: PreTrainedModel, gguf: Path, max_rows: int) -> list[LayerPr
 
 
 def with_crossover(
-    layers: list[LayerProjections], head: Projection, weights: str, max_rows: int | None
+    layers: list[LayerProjections],
+    head: Projection,
+    weights: str,
+    max_rows: int | None,
+    cache: CompileCache | None = None,
 ) -> int:
     """Sets the layers' and head's weight-only kernel limit: `max_rows`, or the measured
-    crossovers (the head's no higher than the layers'); returns the layers'."""
+    crossovers (the head's no higher than the layers'), kept in `cache` when given (the
+    compiled buckets are built on them); returns the layers'."""
     head_rows = max_rows
     if max_rows is None:
-        max_rows, ratios = small_max_rows(layer_projections(layers[0]))
-        head_rows, head_ratios = small_max_rows([head], tuple(r for r in ROWS if r <= max_rows))
+
+        def measure() -> dict[str, object]:
+            rows, ratios = small_max_rows(layer_projections(layers[0]))
+            head_rows, head_ratios = small_max_rows([head], tuple(r for r in ROWS if r <= rows))
+            return {"layers": rows, "head": head_rows, "ratios": ratios, "head_ratios": head_ratios}
+
+        if cache is None:
+            found, how = measure(), "measured"
+        else:
+            key = {**platform_key(), "weights": weights, "shapes": crossover_shapes(layers, head)}
+            found, fresh = cache.measured("crossover", key, measure)
+            how = "measured" if fresh else "as measured before on this machine"
+        max_rows, head_rows = int(found["layers"]), int(found["head"])
         log.info(
-            "weights %s: weight-only kernel up to %d rows, the lm_head's up to %d "
+            "weights %s: weight-only kernel up to %d rows, the lm_head's up to %d, %s "
             "(its time / dense by rows: layer %s, lm_head %s)",
             weights,
             max_rows,
             head_rows,
-            ratios,
-            head_ratios,
+            how,
+            found["ratios"],
+            found["head_ratios"],
         )
     set_max_rows(layers, max_rows)
     head.max_rows = head_rows
     return max_rows
 
 
+def crossover_shapes(layers: list[LayerProjections], head: Projection) -> list[object]:
+    """What the crossover was timed on: the projections' shapes and dtypes."""
+    projections = [*layer_projections(layers[0]), head]
+    return [[p.out_features, p.in_features, str(p.dense.dtype)] for p in projections]
+
+
 def build_runner(
-    model: PreTrainedModel, setting: str, gguf: Path | None, max_rows: int | None = None
+    model: PreTrainedModel,
+    setting: str,
+    gguf: Path | None,
+    max_rows: int | None = None,
+    cache: CompileCache | None = None,
 ) -> LlamaRunner:
     """The runner on the weights TANDEM_WEIGHTS asks for, falling back to bf16 with a log line.
 
-    `max_rows` fixes the weight-only kernel's row limit (tests); None measures it here.
+    `max_rows` fixes the weight-only kernel's row limit (tests); None measures it here, or
+    takes the measurement `cache` kept.
     """
     setting = (setting or "auto").strip().lower()
     if setting not in CHOICES:
@@ -183,7 +212,7 @@ def build_runner(
         missing = int8_missing(model)
         if missing is None:
             layers, head = int8_layers(model, 0), int8_head(model)
-            if with_crossover(layers, head, "int8", max_rows) > 0 or setting == "int8":
+            if with_crossover(layers, head, "int8", max_rows, cache) > 0 or setting == "int8":
                 return LlamaRunner(model, layers, weights="int8", head=head)
             missing = "its kernel is slower than the dense one at every row count here"
         level = logging.WARNING if setting == "int8" else logging.INFO
@@ -193,7 +222,7 @@ def build_runner(
     if missing is None and gguf is not None:
         try:
             layers, head = q4_layers(model, gguf, 0), int8_head(model)
-            with_crossover(layers, head, "q4", max_rows)
+            with_crossover(layers, head, "q4", max_rows, cache)
             return LlamaRunner(model, layers, weights="q4", head=head)
         except (ValueError, OSError) as exc:
             missing = f"{gguf.name} does not fit the model: {exc}"
