@@ -20,7 +20,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from inference.engine.batch import StepBatch
 from inference.engine.bridge import BatchRequest, EventStream, collect_batch
+from inference.engine.closing import Closing, describe
 from inference.engine.config import EngineConfig, eos_token_ids
+from inference.engine.cut_in import CutIn
 from inference.engine.detokenizer import special_token_ids
 from inference.engine.errors import EngineStopped, InvalidRequest, StepInterrupted
 from inference.engine.events import EngineEvent, FinishReason, GenerationResult
@@ -29,6 +31,7 @@ from inference.engine.kv_cache import KVCache
 from inference.engine.model_runner import ModelRunner, runner_for
 from inference.engine.observer import EngineObserver
 from inference.engine.openmp import release_thread_pool
+from inference.engine.pacer_seeding import seed_pacer
 from inference.engine.pacing import PrefillPacer
 from inference.engine.sampling import (
     SamplingParams,
@@ -48,8 +51,11 @@ GPU_KV_TOKENS = 256
 GPU_KV_SLOTS = 4
 
 
-class Engine:
+class Engine(CutIn, Closing):
     """Continuous-batching inference over one model; all model work on one thread.
+
+    A newcomer's prompt may run inside the step in flight (`CutIn`, cut_in.py); every way a
+    request ends is `Closing`'s (closing.py).
 
     `model` may be None when a `runner` is injected (tests, fault injection); EOS ids then
     come from the tokenizer alone.
@@ -264,7 +270,7 @@ class Engine:
         waiting queue is kept.
         """
         for seq in self.scheduler.reset():
-            self._finish(seq, FinishReason.ERROR, error=_describe(exc))
+            self._finish(seq, FinishReason.ERROR, error=describe(exc))
 
     def _apply_cancels(self, request_ids: set[str]) -> None:
         for request_id in request_ids:
@@ -299,7 +305,8 @@ class Engine:
 
     def _schedule(self) -> StepBatch | None:
         """The scheduler's plan for this step, admitting waiting requests into free slots."""
-        self._seed_pacer()
+        if not self._pacer_seeded:
+            self._pacer_seeded = seed_pacer(self.pacer, self.runner)
         decoders = self.scheduler.decoders()
         with self._lock:
             self._arrived = False
@@ -318,58 +325,6 @@ class Engine:
         if batch is not None:
             self._admitted(batch)
         return batch
-
-    def _plan_alone(self, decoders: int, starting: int) -> StepBatch | None:
-        """The prefill-only step of whole short prompts the pacer allows next (the lock held)."""
-        return self.scheduler.schedule_alone(self.pacer.alone_tokens(decoders, starting))
-
-    def _admitted(self, batch: StepBatch) -> None:
-        for seq in batch.admitted:
-            self._observe("on_admit", seq.request_id, seq.admitted_at - seq.queued_at)
-
-    def _cut_in(self, batch: StepBatch, layer: int) -> bool:
-        """Run a prompt that arrived during `batch`'s step now, before `layer`, when the
-        pacer would run it alone before the decoders' next step anyway (`alone_tokens`);
-        True when its step moved the cache's rows, so `batch`'s must start over.
-
-        Without it, a newcomer waits for the rest of the step in flight: on average half a
-        decode step, most of the gap between a short prompt's time to first token under
-        load and idle. The step in flight only pauses: the layers it ran stay done, and the
-        decoders wait for the newcomer's step, which they would have waited for next
-        anyway. Once a step at most; only a step planned by `schedule` pauses, not one right
-        after a prompt's own step (decoders wait for one at most), and not while a burst's
-        requests still start together (`burst_pending`).
-        """
-        if not self._arrived or batch.interrupt is None:
-            return False
-        with self._lock:
-            self._arrived = False
-            if self.scheduler.burst_pending():
-                return False
-            version = self.cache.layout_version
-            cut_in = self._plan_alone(self.scheduler.decoders(), self.scheduler.starting())
-        if cut_in is None:
-            return False
-        batch.interrupt = None
-        self._counts.steps_interrupted += 1
-        self._admitted(cut_in)
-        started = time.monotonic()
-        try:
-            self._run(cut_in)
-        except Exception as exc:  # the newcomer's alone: the step it paused goes on
-            self._fail_batch(cut_in, exc)
-        self._paused_seconds += time.monotonic() - started
-        return self.cache.layout_version != version
-
-    def _seed_pacer(self) -> None:
-        """Once the runner's compiled step is warm, its per-bucket step times seed the pacer
-        (a runner without one, or still compiling, seeds nothing)."""
-        if self._pacer_seeded:
-            return
-        compiled = getattr(self.runner, "compiled", None)
-        if compiled is not None:
-            self.pacer.seed(compiled.step_seconds, compiled.alone_seconds, compiled.key_seconds)
-            self._pacer_seeded = True
 
     def _forward(self, batch: StepBatch) -> torch.Tensor | None:
         """One logits row per sampling sequence; None when the pass failed its whole batch."""
@@ -438,70 +393,8 @@ class Engine:
             "on_step", len(batch.sequences), batch.num_tokens, batch.num_prefill_tokens, seconds
         )
 
-    def _fail_batch(self, batch: StepBatch, exc: Exception) -> None:
-        """A fault of the whole step fails every request in it not already ended (a fault
-        after some of its tokens went out: a newcomer's step run inside another's)."""
-        logger.exception("Step failed; failing its %d requests", len(batch.sequences))
-        for seq in batch.sequences:
-            if seq.status is not Status.FINISHED:
-                self._finish(seq, FinishReason.ERROR, error=_describe(exc))
-
-    def _fail_row(self, seq: Sequence, exc: Exception) -> None:
-        """A fault in one row's sampling or post-processing fails that request only."""
-        logger.exception("Post-processing failed for request %s", seq.request_id)
-        if seq.status is not Status.FINISHED:
-            self._finish(seq, FinishReason.ERROR, error=_describe(exc))
-
-    def _finish(self, seq: Sequence, reason: FinishReason, *, error: str | None = None) -> None:
-        """End a request without a new token (cancelled, failed, shut down) and tell its caller."""
-        self._emit(seq, self._close(seq, reason, error=error))
-
-    def _close(
-        self,
-        seq: Sequence,
-        reason: FinishReason,
-        *,
-        last: EngineEvent | None = None,
-        error: str | None = None,
-    ) -> EngineEvent:
-        """Free the request's KV and queue place now; returns its final event to emit."""
-        if seq.status is Status.RUNNING:
-            self.scheduler.release(seq, keep=reason is not FinishReason.ERROR)
-        elif seq.status is Status.WAITING:
-            with self._lock:
-                self.scheduler.remove_waiting(seq)
-        seq.status = Status.FINISHED
-        with self._lock:
-            self._active.pop(seq.request_id, None)
-        event = seq.final_event(reason, time.monotonic(), last, error)
-        self._counts.requests_finished += 1
-        self.scheduler.record_duration(event.timings.duration)
-        self._observe("on_finish", seq.request_id, reason, event.usage, event.timings)
-        return event
-
-    def _emit(self, seq: Sequence, event: EngineEvent) -> None:
-        """Deliver an event; a failing callback cancels its request, never the engine."""
-        try:
-            seq.on_event(event)
-        except Exception:
-            logger.exception("on_event for request %s failed; cancelling it", seq.request_id)
-            if not event.is_finished:
-                self.cancel(seq.request_id)
-
     def _observe(self, method: str, *args: object) -> None:
         try:
             getattr(self.observer, method)(*args)
         except Exception:
             logger.exception("Engine observer %s failed", method)
-
-    def _fail_remaining(self) -> None:
-        """On shutdown: every unfinished request gets an error event."""
-        with self._lock:
-            pending = list(self._active.values())
-        for seq in pending:
-            if seq.status is not Status.FINISHED:
-                self._finish(seq, FinishReason.ERROR, error="The engine shut down.")
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
