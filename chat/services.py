@@ -13,11 +13,10 @@ import uuid
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from chat import branches, events, heartbeat, history, live_text, metrics
+from chat import branches, caps, events, heartbeat, history, live_text, metrics
 from chat.models import Conversation, Message, Part
 from chat.parts import part_transition
 from chat.snapshot import conversation_snapshot, message_payload
@@ -35,7 +34,7 @@ log = logging.getLogger(__name__)
 # the engine's queue: concurrent requests would otherwise all pass the checks at once (200 at
 # once let 112 through a per-user limit of 3 and past the engine's waiting places). Across web
 # processes, the user's row is locked (SELECT ... FOR UPDATE; SQLite's BEGIN IMMEDIATE locks the
-# whole file) from the checks until the turn's rows are committed: see `admit`.
+# whole file) from the checks until the turn's rows are committed: see `caps.hold_user`.
 ADMISSION = threading.Lock()
 
 
@@ -49,26 +48,10 @@ class TurnRefused(Exception):
         self.retry_after = retry_after
 
 
-def turns_in_flight(user) -> int:
-    """Assistant replies of `user` with a part not yet final."""
-    return (
-        Message.objects.filter(conversation__owner=user, role=Message.Role.ASSISTANT)
-        .filter(parts__state__in=[Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING])
-        .distinct()
-        .count()
-    )
-
-
 def current_engine() -> Engine | RemoteEngine | None:
     """Where this process's text comes from: its engine (None while it loads) or, with
     TANDEM_ENGINE set to URLs, the remote engines' client."""
     return model_runtime.remote or model_runtime.engine
-
-
-def admit(user) -> None:
-    """Inside the turn's transaction: wait for the user's other turns in any web process to
-    commit, so the in-flight count that follows sees them."""
-    get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
 
 
 def check_turn(user, text: str, engine: Engine | RemoteEngine | None) -> None:
@@ -91,13 +74,9 @@ def check_capacity(user, engine: Engine | RemoteEngine | None) -> None:
     A remote engine admits or refuses (429/503) each stream itself: its refusal fails the part
     with the same words as the local refusal here.
     """
-    if turns_in_flight(user) >= settings.TANDEM_MAX_TURNS_IN_FLIGHT:
-        raise TurnRefused(
-            429,
-            f"You already have {settings.TANDEM_MAX_TURNS_IN_FLIGHT} replies in progress; "
-            "wait for one to finish.",
-            retry_after=5,
-        )
+    if caps.over_cap(user.pk):
+        refused = caps.OverCap()
+        raise TurnRefused(429, refused.message, retry_after=refused.retry_after)
     if engine is None:
         raise TurnRefused(503, "The model is still loading; try again in a few seconds.", 5)
     if engine is model_runtime.remote:
@@ -129,7 +108,7 @@ def turn_create(
     engine = current_engine()
     check_turn(user, text, engine)  # the common refusals, before queueing for the admission lock
     with log_ids_scope(), ADMISSION, transaction.atomic():
-        admit(user)
+        caps.hold_user(user.pk)
         check_turn(user, text, engine)  # again: no other turn of this user is half-way now
         if conversation is None:
             conversation = Conversation.objects.create(owner=user, **(new_settings or {}))
@@ -250,7 +229,7 @@ def reply_regenerate(user, message: Message) -> Message:
     engine = current_engine()
     check_capacity(user, engine)
     with log_ids_scope(), ADMISSION, transaction.atomic():
-        admit(user)
+        caps.hold_user(user.pk)
         check_capacity(user, engine)
         message = Message.objects.select_for_update().get(pk=message.pk)
         refuse_while_unfinished(message)

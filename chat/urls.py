@@ -30,4 +30,6 @@ urlpatterns = [
     path("parts/<int:part_id>/retry", views.image_retry, name="image-retry"),
     path("parts/<int:part_id>/new-image", views.image_new, name="image-new"),
     path("media/<path:name>", views.part_image, name="part-image"),
+    path("keys/", views.api_keys, name="api-keys"),
+    path("keys/<int:key_id>/revoke", views.api_key_revoke, name="api-key-revoke"),
 ]

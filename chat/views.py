@@ -7,15 +7,17 @@ import json
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.text import slugify
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from chat import conversations, export, services
 from chat.models import Conversation, Message, Part
 from chat.search import conversation_search
 from chat.snapshot import conversation_snapshot, message_payload
+from inference.api import keys
 from media.services import image_redraw
 from media.services import image_retry as retry
 
@@ -299,3 +301,32 @@ def part_image(request: HttpRequest, name: str) -> HttpResponse:
     response = FileResponse(picture.open("rb"), content_type="image/png")
     response["Cache-Control"] = "private, max-age=86400"
     return response
+
+
+@login_required
+@never_cache
+@require_http_methods(["GET", "POST"])
+def api_keys(request: HttpRequest) -> HttpResponse:
+    """The user's API keys; POST `name` creates one, whose token this answer alone shows
+    (a redirect would have to store it somewhere first), never cached."""
+    created, error, status = None, None, 200
+    if request.method == "POST":
+        try:
+            created = keys.key_create(request.user, request.POST.get("name", ""))
+        except keys.KeyNameInvalid as invalid:
+            error, status = str(invalid), 422
+    context = {
+        "keys": keys.keys_of(request.user),
+        "created": created,
+        "error": error,
+        "name_limit": keys.ApiKey._meta.get_field("name").max_length,
+    }
+    return render(request, "chat/api_keys.html", context, status=status)
+
+
+@login_required
+@require_POST
+def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+    """Revoke one of the user's keys (another user's is a 404), then back to the list."""
+    keys.key_revoke(get_object_or_404(keys.ApiKey, pk=key_id, owner=request.user))
+    return redirect("api-keys")

@@ -2,9 +2,10 @@
 
 The model starts loading in a background thread here, in the web process only, so that
 management commands and Celery workers never pay for it (with TANDEM_ENGINE set to URLs the
-runtime loads none and streams from those engines); a chat process also starts beating its
-heartbeat, which the sweeper reads to find text parts of a web process that died. An
-engine-only process (TANDEM_ROLE=engine) streams no text parts and serves no WebSocket.
+runtime loads none and streams from those engines); the process also starts beating its
+heartbeat, which the sweeper reads to find text parts of a web process that died, and the
+per-user cap to leave out API requests of one (chat/caps.py). An engine-only process
+(TANDEM_ROLE=engine) streams no text parts and serves no WebSocket.
 """
 
 import os
@@ -26,9 +27,9 @@ from config.request_id import RequestIdASGIMiddleware  # noqa: E402
 from inference.provisioning import runtime, startup  # noqa: E402
 
 runtime.start_background_load(startup.start_engine)
+heartbeat.start()
 protocols = {"http": DirectWriters(RequestIdASGIMiddleware(django_asgi_app))}
 if settings.TANDEM_ROLE == "all":
-    heartbeat.start()
     protocols["websocket"] = DirectWriters(
         RequestIdASGIMiddleware(
             AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))

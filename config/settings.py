@@ -171,7 +171,7 @@ STORAGES = {
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
         if DEBUG
-        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        else "config.storage.StaticFilesStorage"
     },
 }
 
@@ -193,7 +193,7 @@ CHANNEL_LAYERS = {
 
 # Images (media/, docs/workers.md): which backend draws them and how the worker runs it.
 # procedural: a deterministic PNG drawn from the prompt with Pillow, no weights;
-# diffusers: a text-to-image pipeline from TANDEM_IMAGE_MODEL_DIR (in requirements.lock).
+# diffusers: a text-to-image pipeline from TANDEM_IMAGE_MODEL_DIR (in requirements.txt).
 TANDEM_IMAGE_BACKEND = env_str("TANDEM_IMAGE_BACKEND", "procedural")
 if TANDEM_IMAGE_BACKEND not in ("procedural", "diffusers"):
     raise ImproperlyConfigured(
@@ -272,7 +272,7 @@ if TANDEM_WEIGHTS not in ("auto", "bf16", "q4", "int8", "fp16"):
 # background at start (/health's model.compile says "warming", steps run eagerly meanwhile).
 # TANDEM_COMPILE_BUCKETS: the step sizes compiled, in rows (decode tokens plus prompt-chunk
 # tokens, padded up to the next bucket; a bigger step runs eagerly). Each costs ~20-90 s of CPU
-# at start.
+# to build once (`make compile` builds them ahead), under a second to load after.
 TANDEM_COMPILE = env_bool("TANDEM_COMPILE", True)
 try:
     TANDEM_COMPILE_BUCKETS = tuple(
@@ -290,6 +290,10 @@ if (
     or TANDEM_COMPILE_BUCKETS[0] < 1
 ):
     raise ImproperlyConfigured("TANDEM_COMPILE_BUCKETS must be ascending positive integers.")
+# Where the compiled buckets are kept between restarts (inference/engine/compile_cache.py):
+# empty = "compiled" inside the converted-model cache (TANDEM_MODEL_CACHE), shared by the
+# machine's processes; "off" = built anew by every process and kept by none.
+TANDEM_COMPILE_CACHE = env_str("TANDEM_COMPILE_CACHE", "")
 # Threads the engine's kernels use (torch.set_num_threads); 0 keeps torch's default (one per
 # core).
 TANDEM_TORCH_THREADS = env_int("TANDEM_TORCH_THREADS", 0)
@@ -360,8 +364,14 @@ TANDEM_SEARCH_CONFIG = env_str("TANDEM_SEARCH_CONFIG", "english")
 # A web process refreshes its heartbeat key every TTL/3 s; text parts of a process whose key
 # expired are marked interrupted by the sweeper.
 TANDEM_HEARTBEAT_TTL = env_int("TANDEM_HEARTBEAT_TTL", 30)
-# Bearer keys for the public generation API; empty means the API is open.
+# Service bearer keys for the generation API (other Tandem processes, benchmarks); users make
+# keys of their own on /keys (inference/api/keys.py).
 TANDEM_API_KEYS = env_list("TANDEM_API_KEYS", [])
+# Serve the generation API without a key. Unset, it is open only in development while no key
+# of any kind exists; with DEBUG off it needs a key (`check --deploy` warns when this is on).
+TANDEM_API_OPEN = env_bool("TANDEM_API_OPEN", False)
+# Decided here, from DEBUG as the process started (test runners turn DEBUG off later).
+TANDEM_API_OPEN_IN_DEVELOPMENT = DEBUG
 
 if not DEBUG:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)

@@ -59,3 +59,12 @@ def test_a_malformed_boolean_names_the_variable():
     result = manage("check", DEBUG="maybe")
     assert result.returncode != 0
     assert "DEBUG must be a boolean" in result.stderr
+
+
+def test_deploy_check_warns_when_the_api_is_declared_open():
+    result = manage(
+        "check", "--deploy", "--fail-level", "WARNING", **PRODUCTION, TANDEM_API_OPEN="1"
+    )
+    assert result.returncode != 0
+    assert "tandem.W001" in result.stderr + result.stdout
+    assert "TANDEM_API_OPEN=1 serves the generation API without any key" in result.stderr

@@ -1,40 +1,72 @@
-"""Optional bearer keys for the generation API (TANDEM_API_KEYS)."""
+"""Who is calling the generation API: a service key, a user's key, or nobody.
+
+Service keys (TANDEM_API_KEYS) are shared secrets in the settings, for other Tandem processes
+and benchmarks; user keys are rows (`inference/api/keys.py`) and make the request count
+against their owner's cap. Without a valid key the API answers 401, unless it is open:
+TANDEM_API_OPEN=1, or in development (DEBUG) while no key of any kind exists.
+"""
 
 from __future__ import annotations
 
-import functools
 import hmac
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 
+from inference.api import keys
 
-def key_is_valid(request: HttpRequest) -> bool:
-    """True when no keys are configured, or the Authorization header carries one of them."""
-    keys = settings.TANDEM_API_KEYS
-    if not keys:
-        return True
+
+@dataclass(frozen=True)
+class Caller:
+    """An admitted caller; `key` is the user key it used (None: a service key or open API)."""
+
+    key: keys.ApiKey | None = None
+
+
+def bearer_token(request: HttpRequest) -> str:
+    """The token of `Authorization: Bearer <token>`, or "" without one."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def is_service_key(token: str) -> bool:
+    """Compared with every service key, each in constant time."""
+    matches = [
+        hmac.compare_digest(token.encode(), key.encode()) for key in settings.TANDEM_API_KEYS
+    ]
+    return any(matches)
+
+
+def open_without_key() -> bool:
+    """Whether a request without a valid key is served: only when said so, or in development
+    before any key is configured, so production never serves an API nobody locked by mistake."""
+    if settings.TANDEM_API_OPEN:
+        return True
+    if settings.TANDEM_API_KEYS or not settings.TANDEM_API_OPEN_IN_DEVELOPMENT:
         return False
-    return any(hmac.compare_digest(token.strip().encode(), key.encode()) for key in keys)
+    return not keys.any_live_key()
 
 
-def require_api_key(error_body):
-    """Decorate an async view: 401 with `error_body(message)` unless the key is valid."""
+def caller_of(request: HttpRequest) -> Caller | None:
+    """The caller, or None when the request must be refused (runs queries: call it sync).
 
-    def decorate(view):
-        @functools.wraps(view)
-        async def wrapped(request: HttpRequest, *args, **kwargs):
-            if not key_is_valid(request):
-                response = JsonResponse(
-                    error_body("A valid API key is required (Authorization: Bearer <key>)."),
-                    status=401,
-                )
-                response["WWW-Authenticate"] = 'Bearer realm="tandem"'
-                return response
-            return await view(request, *args, **kwargs)
+    A token that looks like a user key must be a live one even where the API is open, so a
+    revoked key is told so instead of being served anonymously.
+    """
+    token = bearer_token(request)
+    if token and is_service_key(token):
+        return Caller()
+    if token.startswith(keys.TOKEN_MARK):
+        key = keys.key_for_token(token)
+        return Caller(key) if key is not None else None
+    return Caller() if open_without_key() else None
 
-        return wrapped
 
-    return decorate
+def unauthorized(error_body) -> JsonResponse:
+    """401 in the route's error shape, with the challenge clients look for."""
+    response = JsonResponse(
+        error_body("A valid API key is required (Authorization: Bearer <key>)."), status=401
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="tandem"'
+    return response

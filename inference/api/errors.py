@@ -66,6 +66,7 @@ def tgi_error(error: ApiError) -> JsonResponse:
 OPENAI_TYPES = {
     "validation": ("invalid_request_error", 400),
     "overloaded": ("rate_limit_exceeded", 429),
+    "rate_limited": ("rate_limit_exceeded", 429),
     "unavailable": ("service_unavailable", 503),
     "not_found": ("invalid_request_error", 404),
 }

@@ -51,7 +51,7 @@ def violations(page: Page) -> list[dict]:
     return page.evaluate("window.__violations")
 
 
-@pytest.mark.parametrize("path", ["/accounts/login/", "/", "/admin/", "/ops/", "/health"])
+@pytest.mark.parametrize("path", ["/accounts/login/", "/", "/keys/", "/admin/", "/ops/", "/health"])
 def test_every_page_carries_the_strict_policy(path):
     staff = get_user_model().objects.create_user("csp-staff", password="x", is_staff=True)
     client = Client()
