@@ -108,7 +108,8 @@ def main() -> None:
     parser.add_argument("--weights", default="auto")
     parser.add_argument("--buckets", default="", help="TANDEM_COMPILE_BUCKETS (default: all)")
     args = parser.parse_args()
-    print(f"load average at launch: {os.getloadavg()}", flush=True)
+    launch_load = os.getloadavg()
+    print(f"load average at launch: {launch_load}", flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="tandem-warm-start-"))
     cache = workdir / "compiled"
     settings = tandem_http.Settings(
@@ -135,7 +136,7 @@ def main() -> None:
     print(f"cache size: {cache_bytes / 1e9:.2f} GB")
     print(f"load average at the end: {os.getloadavg()}", flush=True)
     result = {
-        "machine": machine(),
+        "machine": machine() | {"load_average_start": launch_load},
         "cold": cold,
         "restart": restart,
         "speed_ratio_restart_over_cold": ratios,
