@@ -5,8 +5,9 @@ down, the gate of `config.postgres` refuses at once) or InterfaceError (a connec
 under the request). Either is answered with 503 and `Retry-After`: JSON `{"error": ...}` for a
 request that sends or asks for JSON (the page's turn, stop and retry calls show the error as
 their notice), otherwise a short page that says so. The page is rendered without the request,
-so that it needs no session, user or other database read. The API routes never touch the
-database, so they keep answering through an outage.
+so that it needs no session, user or other database read. The API routes touch the
+database only for a user's key (`inference/api/keys.py`): with a service key or none they keep
+answering through an outage.
 """
 
 from __future__ import annotations

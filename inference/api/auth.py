@@ -8,10 +8,12 @@ TANDEM_API_OPEN=1, or in development (DEBUG) while no key of any kind exists.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, JsonResponse
 
 from inference.api import keys
@@ -45,7 +47,20 @@ def open_without_key() -> bool:
         return True
     if settings.TANDEM_API_KEYS or not settings.TANDEM_API_OPEN_IN_DEVELOPMENT:
         return False
-    return not keys.any_live_key()
+    return not user_keys_exist()
+
+
+_keys_seen = False  # what the database last said, for while it cannot say
+
+
+def user_keys_exist() -> bool:
+    """Whether some user holds a live key; while the database is unavailable, what it said
+    last (a development server's API answers through an outage, as the API without user keys
+    needs no database)."""
+    global _keys_seen
+    with contextlib.suppress(OperationalError, InterfaceError):
+        _keys_seen = keys.any_live_key()
+    return _keys_seen
 
 
 def caller_of(request: HttpRequest) -> Caller | None:

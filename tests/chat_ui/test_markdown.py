@@ -103,7 +103,8 @@ def renderer(chromium):
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     page.set_content("<div id=out></div>")
     for script in SCRIPTS:
-        page.add_script_tag(path=str(script))
+        module = script.name == "markdown.js"  # an ES module, as on the page
+        page.add_script_tag(path=str(script), type="module" if module else None)
     yield page, dialogs
     context.close()
 

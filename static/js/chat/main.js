@@ -13,9 +13,9 @@
  *   composer.js      sending a message
  *   conversations.js title, the first message creating the conversation, Rename, Delete
  *   settings.js      the conversation's settings panel
- * Markdown is static/js/markdown.js's and copy buttons static/js/copy.js's (classic scripts
- * loaded before these, read through window.TandemMarkdown and window.TandemCopy); Esc is
- * static/js/shortcuts.js's.
+ * Markdown is static/js/markdown.js (a module; the libraries it wires are classic scripts
+ * loaded before), copy buttons static/js/copy.js's (a classic script the keys page shares,
+ * read through window.TandemCopy); Esc is static/js/shortcuts.js's.
  */
 import "./composer.js";
 import "./versions.js";

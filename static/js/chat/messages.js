@@ -1,12 +1,11 @@
 /* The message list: each message drawn as an article (a user's words, or a reply's parts) in
  * position order, redrawn when its data changes, and the whole branch replaced at once.
  */
+import { render as renderMarkdown } from "../markdown.js";
 import { el, emptyState, list } from "./page.js";
 import { messageHead } from "./heads.js";
 import { drawPart } from "./parts.js";
 import { messages, parts } from "./state.js";
-
-const renderMarkdown = window.TandemMarkdown.render; // static/js/markdown.js
 
 function drawMessage(data) {
   const article = el("article", {

@@ -2,9 +2,8 @@
  * state other than done) and the image (its progress, the picture, or a failure card). The
  * image's buttons are wired here: what they start comes back over the socket.
  */
+import { draw as drawMarkdown } from "../markdown.js";
 import { el, errorText, post, showNotice, urlFor } from "./page.js";
-
-const drawMarkdown = window.TandemMarkdown.draw; // static/js/markdown.js
 
 const TEXT_STATUS = {
   queued: "waiting…",
