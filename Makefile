@@ -35,8 +35,8 @@ test: setup
 	$(CHAOS)
 
 # Fault scenarios with figures: worker kills, Redis outage, web restart, overload, PostgreSQL
-# outage. Each writes var/reliability/<scenario>.json; docs/reliability.md explains them and
-# quotes the last run.
+# outage (replies streaming; images rendering), an unwritable media folder. Each writes
+# var/reliability/<scenario>.json; docs/reliability.md explains them and quotes the last run.
 CHAOS = $(BIN)/pytest -m chaos
 chaos: setup
 	$(CHAOS)

@@ -16,6 +16,7 @@ from chat.events import encode
 from chat.models import Conversation
 from chat.resume import Resume, live, send_now
 from chat.snapshot import conversation_snapshot
+from chat.socket_auth import DATABASE_UNAVAILABLE, UNAVAILABLE_ERRORS, refused
 
 RESUME = 4000  # the browser reconnects and starts over from a snapshot
 UNAUTHENTICATED = 4401
@@ -69,7 +70,14 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             await self.accept()
             await self.close(code=UNAUTHENTICATED)
             return
-        if not await owned(user, self.conversation_id):
+        try:
+            allowed = await owned(user, self.conversation_id)
+        except UNAVAILABLE_ERRORS as exc:
+            refused(self.scope["path"], exc)
+            await self.accept()
+            await self.close(code=DATABASE_UNAVAILABLE)
+            return
+        if not allowed:
             await self.accept()
             await self.close(code=NOT_FOUND)
             return
@@ -89,6 +97,11 @@ class ConversationConsumer(AsyncWebsocketConsumer):
             messages = await database_sync_to_async(conversation_snapshot)(self.conversation_id)
             resume = Resume(part for message in messages for part in message["parts"])
             await self.send_event({"type": "snapshot", "messages": messages})
+        except UNAVAILABLE_ERRORS as exc:
+            self.reader.close()
+            refused(self.scope["path"], exc)
+            await self.close(code=DATABASE_UNAVAILABLE)
+            return
         except BaseException:  # e.g. the client left before its snapshot: leave the hub too
             self.reader.close()
             raise

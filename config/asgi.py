@@ -15,7 +15,6 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
@@ -23,6 +22,7 @@ from django.conf import settings  # noqa: E402
 from chat import heartbeat  # noqa: E402
 from chat.direct import DirectWriters  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
+from chat.socket_auth import session_auth_stack  # noqa: E402
 from config.request_id import RequestIdASGIMiddleware  # noqa: E402
 from inference.provisioning import runtime, startup  # noqa: E402
 
@@ -32,7 +32,7 @@ protocols = {"http": DirectWriters(RequestIdASGIMiddleware(django_asgi_app))}
 if settings.TANDEM_ROLE == "all":
     protocols["websocket"] = DirectWriters(
         RequestIdASGIMiddleware(
-            AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+            AllowedHostsOriginValidator(session_auth_stack(URLRouter(websocket_urlpatterns)))
         )
     )
 

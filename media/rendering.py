@@ -8,16 +8,18 @@ renders do race, only the first to finish records a picture; the other deletes i
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.files.base import ContentFile
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db.models import FileField
 from django.utils import timezone
 
 from chat.history import user_words
@@ -34,14 +36,36 @@ log = logging.getLogger(__name__)
 # Progress reaches the database and the browser at most this often.
 PROGRESS_INTERVAL = 0.5
 RESTARTS_KEY = "tandem:image-restarts:{}"
+# While the database is unavailable a render can neither record its state nor fail: it asks
+# again this often (so it resumes within a second of the database's return), for at most
+# DATABASE_WAIT seconds; those waits are not render failures and use none of its retries.
+DATABASE_RETRY_INTERVAL = 1.0
+DATABASE_WAIT = 600.0
+# The errors of a database that is down or whose connection died (not a bad query).
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
+# The storage's errors a person can act on, said in their words (the media folder is theirs).
+STORAGE_PROBLEMS = {
+    errno.EACCES: "the server may not write to its media folder",
+    errno.EPERM: "the server may not write to its media folder",
+    errno.EROFS: "the media folder is read-only",
+    errno.ENOSPC: "the media folder's disk is full",
+    errno.EDQUOT: "the media folder's disk quota is used up",
+    errno.ENOTDIR: "the media folder's path is not a folder",
+}
 
 
 @dataclass(frozen=True)
 class Retry:
-    """The task should be sent again after `countdown` seconds because of `error`."""
+    """The task should be sent again after `countdown` seconds because of `error`;
+    `database_waits` counts the tries so far that found the database unavailable."""
 
     countdown: float
     error: Exception
+    database_waits: int = 0
+
+
+class StorageFailed(Exception):
+    """The picture was drawn but could not be stored; the message says why, for the user."""
 
 
 class RenderAbandoned(Exception):
@@ -74,12 +98,49 @@ class ProgressReporter:
             raise RenderAbandoned
 
 
-def render(part_id: int, *, task_id: str, retries: int, redelivered: bool) -> Retry | None:
-    """Render the part and record the outcome; a Retry when a transient error should be retried.
+def render(
+    part_id: int, *, task_id: str, retries: int, redelivered: bool, database_waits: int = 0
+) -> Retry | None:
+    """Render the part and record the outcome; a Retry when it should be tried again.
 
-    `retries` counts the Celery retries before this run; `redelivered` says the broker gave
-    this message again because the worker that had it died.
+    `retries` counts the Celery retries before this run that a render error caused,
+    `database_waits` those that found the database unavailable (not counted against the
+    limit: nothing can be recorded, not even a failure, until it is back); `redelivered`
+    says the broker gave this message again because the worker that had it died.
     """
+    try:
+        retry = render_once(
+            part_id,
+            task_id=task_id,
+            retries=retries,
+            redelivered=redelivered,
+            resumed=database_waits > 0,
+        )
+    except DATABASE_UNAVAILABLE as exc:
+        waited = (database_waits + 1) * DATABASE_RETRY_INTERVAL
+        if waited > DATABASE_WAIT:
+            log.warning(
+                "image part %s: the database has been unavailable for %.0f s; giving up (the "
+                "sweeper fails the part once it is back): %s",
+                part_id,
+                waited,
+                exc,
+            )
+            return None
+        log.warning(
+            "image part %s: the database is unavailable; trying again in %.0f s: %s",
+            part_id,
+            DATABASE_RETRY_INTERVAL,
+            exc,
+        )
+        return Retry(DATABASE_RETRY_INTERVAL, exc, database_waits + 1)
+    return None if retry is None else replace(retry, database_waits=database_waits)
+
+
+def render_once(
+    part_id: int, *, task_id: str, retries: int, redelivered: bool, resumed: bool
+) -> Retry | None:
+    """One try of `render`; an unavailable database raises out of it."""
     deadline = time.monotonic() + settings.CELERY_TASK_SOFT_TIME_LIMIT
     part = Part.objects.select_related("message").filter(pk=part_id).first()
     if part is None or part.kind != Part.Kind.IMAGE:
@@ -91,7 +152,7 @@ def render(part_id: int, *, task_id: str, retries: int, redelivered: bool) -> Re
         )
         return None
     if part.state == Part.State.RUNNING:
-        if not (redelivered or retries):
+        if not (redelivered or retries or resumed):
             log.info(
                 "task %s: image part %s is already running elsewhere; nothing to do",
                 task_id,
@@ -125,6 +186,8 @@ def render(part_id: int, *, task_id: str, retries: int, redelivered: bool) -> Re
             prompt, seed=prompt_seed(prompt), on_progress=ProgressReporter(running, deadline)
         )
         finish(running, png)
+    except DATABASE_UNAVAILABLE:
+        raise
     except RenderAbandoned:
         log.info("stopped rendering image part %s: it is no longer running", part_id)
     except SoftTimeLimitExceeded:
@@ -136,7 +199,7 @@ def render(part_id: int, *, task_id: str, retries: int, redelivered: bool) -> Re
         else:
             metrics.image_retried("transient")
             return Retry(countdown=backoff(retries), error=exc)
-    except PermanentImageError as exc:
+    except (PermanentImageError, StorageFailed) as exc:
         fail(part_id, f"Failed: {exc}")
     except Exception as exc:  # a backend bug must still end the part, not leave it running
         log.exception("image part %s: the backend crashed", part_id)
@@ -158,10 +221,7 @@ def finish(part: Part, png: bytes) -> None:
     refused, and this render's file is deleted so that one part never leaves two files.
     """
     field = Part._meta.get_field("image")
-    name = field.storage.save(
-        field.generate_filename(part, f"part-{part.pk}-{secrets.token_hex(6)}.png"),
-        ContentFile(png),
-    )
+    name = store(field, part, png)
     previous = Part.objects.filter(pk=part.pk).values_list("previous_image", flat=True).first()
     try:
         done = part_transition(
@@ -180,6 +240,22 @@ def finish(part: Part, png: bytes) -> None:
         log.info("image part %s was finished elsewhere; discarded this render", part.pk)
     elif previous:  # a "New image" succeeded: the picture it replaced goes
         field.storage.delete(previous)
+
+
+def store(field: FileField, part: Part, png: bytes) -> str:
+    """Save the PNG in the media storage; StorageFailed says in plain words why it could not."""
+    try:
+        return field.storage.save(
+            field.generate_filename(part, f"part-{part.pk}-{secrets.token_hex(6)}.png"),
+            ContentFile(png),
+        )
+    except OSError as exc:
+        problem = STORAGE_PROBLEMS.get(exc.errno, "the media folder could not be written")
+        log.error("image part %s: could not store its picture: %s", part.pk, exc)
+        raise StorageFailed(
+            f"the picture was drawn but could not be saved: {problem} ({exc.strerror}). "
+            "Retry once it is fixed."
+        ) from exc
 
 
 def fail(part_id: int, reason: str) -> None:

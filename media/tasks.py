@@ -17,18 +17,24 @@ def echo(payload: dict) -> dict:
     return {"echo": payload}
 
 
-# max_retries=None: the rendering service counts retries against TANDEM_IMAGE_MAX_RETRIES.
+# max_retries=None: the rendering service counts retries against TANDEM_IMAGE_MAX_RETRIES, and
+# bounds the waits for an unavailable database (`database_waits`, which Celery counts too).
 @shared_task(bind=True, name=RENDER_TASK, max_retries=None)
-def render_image(self, part_id: int) -> None:
+def render_image(self, part_id: int, database_waits: int = 0) -> None:
     """Draw one image part; state, progress and errors are recorded on the part itself."""
     retry = rendering.render(
         part_id,
         task_id=self.request.id,
-        retries=self.request.retries,
+        retries=self.request.retries - database_waits,
         redelivered=bool((self.request.delivery_info or {}).get("redelivered")),
+        database_waits=database_waits,
     )
     if retry is not None:
-        raise self.retry(exc=retry.error, countdown=retry.countdown)
+        raise self.retry(
+            exc=retry.error,
+            countdown=retry.countdown,
+            kwargs={"database_waits": retry.database_waits},
+        )
 
 
 @shared_task(name="media.sweep")

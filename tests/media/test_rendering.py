@@ -6,9 +6,12 @@ runs the same service inside real worker processes.
 
 from __future__ import annotations
 
+import errno
 import uuid
 
 import pytest
+from django.core.files.storage import FileSystemStorage
+from django.db import OperationalError
 from django.utils import timezone
 
 from chat.models import Part
@@ -176,3 +179,74 @@ def test_a_render_that_kills_its_worker_every_time_ends_failed(media_root, setti
     assert part.state == Part.State.FAILED
     assert part.error == "Failed: the worker drawing this image died every time it tried."
     assert stored_images(media_root, part) == []
+
+
+def test_a_database_outage_mid_render_waits_without_spending_retries(media_root, monkeypatch):
+    turn = make_turn()
+    down = OperationalError("connection refused (the gate is closed)")
+
+    def unavailable(part, fraction):
+        raise down
+
+    monkeypatch.setattr(rendering, "part_progress", unavailable)
+    waited = render(turn.image)
+    assert waited.database_waits == 1 and waited.error is down
+    assert waited.countdown == rendering.DATABASE_RETRY_INTERVAL
+    assert turn.refresh().state == Part.State.RUNNING  # nothing can be recorded meanwhile
+    again = rendering.render(
+        turn.image.pk,
+        task_id="t",
+        retries=0,
+        redelivered=False,
+        database_waits=waited.database_waits,
+    )
+    assert again.database_waits == 2
+    monkeypatch.undo()
+    # The database is back: the same task (no render retry spent) draws it again and ends it.
+    done = rendering.render(
+        turn.image.pk, task_id="t", retries=0, redelivered=False, database_waits=2
+    )
+    assert done is None
+    assert turn.refresh().state == Part.State.SUCCEEDED and turn.refresh().error == ""
+
+
+def test_a_render_retry_after_database_waits_keeps_their_count(media_root, settings):
+    settings.TANDEM_IMAGE_FAILURE_RATE = 1.0
+    turn = make_turn()
+    retry = rendering.render(
+        turn.image.pk, task_id="t", retries=0, redelivered=False, database_waits=3
+    )
+    assert retry.database_waits == 3 and "injected failure" in str(retry.error)
+
+
+def test_a_database_gone_for_longer_than_the_wait_is_left_to_the_sweeper(monkeypatch):
+    def unavailable(*args, **kwargs):
+        raise OperationalError("still down")
+
+    monkeypatch.setattr(rendering, "render_once", unavailable)
+    limit = int(rendering.DATABASE_WAIT / rendering.DATABASE_RETRY_INTERVAL)
+    waited = rendering.render(
+        1, task_id="t", retries=0, redelivered=False, database_waits=limit - 1
+    )
+    assert waited is not None and waited.database_waits == limit
+    assert (
+        rendering.render(1, task_id="t", retries=0, redelivered=False, database_waits=limit) is None
+    )
+
+
+def test_a_picture_that_cannot_be_stored_fails_with_the_reason_in_words(media_root, monkeypatch):
+    """The storage refuses as an unwritable folder does (tests/chaos makes one for real)."""
+
+    def refuse(storage, name, content):
+        raise PermissionError(errno.EACCES, "Permission denied", str(media_root / name))
+
+    monkeypatch.setattr(FileSystemStorage, "_save", refuse)
+    turn = make_turn()
+    assert render(turn.image) is None
+    part = turn.refresh()
+    assert part.state == Part.State.FAILED and not part.image
+    assert part.error == (
+        "Failed: the picture was drawn but could not be saved: the server may not write to its "
+        "media folder (Permission denied). Retry once it is fixed."
+    )
+    assert Part.objects.get(pk=turn.text.pk).state == Part.State.SUCCEEDED  # the text stands

@@ -25,10 +25,10 @@ function stopped(words) {
   setConnection("closed", words);
 }
 
-function reconnectLater() {
+function reconnectLater(words) {
   attempts += 1;
   const delay = Math.min(10000, 500 * Math.pow(2, attempts - 1)) * (0.8 + Math.random() * 0.4);
-  setConnection("connecting", "connection lost — reconnecting…");
+  setConnection("connecting", words || "connection lost — reconnecting…");
   retryTimer = setTimeout(connect, delay);
 }
 
@@ -39,9 +39,10 @@ export function connect() {
   let opened = false;
   socket = ws;
   setConnection("connecting", attempts ? "reconnecting…" : "connecting…");
-  ws.onopen = function () { opened = true; attempts = 0; setConnection("open", "live"); };
+  ws.onopen = function () { opened = true; setConnection("open", "live"); };
   ws.onmessage = function (message) {
     if (ws !== socket) { return; }
+    attempts = 0;  // a snapshot came: the server can serve (a 4503 opens, then closes)
     let event;
     try { event = JSON.parse(message.data); } catch (e) { return; }
     deliver(event);
@@ -51,6 +52,7 @@ export function connect() {
     socket = null;
     if (close.code === 4401) { stopped("signed out — reload the page to sign in"); return; }
     if (close.code === 4404) { stopped("this conversation is not available"); return; }
+    if (close.code === 4503) { reconnectLater("the database is unavailable — reconnecting…"); return; }
     if (opened) { reconnectLater(); return; }
     // Refused before it opened: a browser cannot see why, so ask the page itself.
     fetch(location.pathname, { credentials: "same-origin", redirect: "follow" })
@@ -59,7 +61,7 @@ export function connect() {
         else if (response.redirected && /\/accounts\/login\//.test(response.url)) {
           stopped("signed out — reload the page to sign in");
         } else { reconnectLater(); }
-      }, reconnectLater);
+      }, function () { reconnectLater(); });
   };
 }
 
