@@ -2,6 +2,8 @@
 
     .venv/bin/python -m bench.stream --transport ws sse --clients 10 100 1000 [--servers 2]
     .venv/bin/python -m bench.stream --transport ws sse --clients --distinct 1000
+    .venv/bin/python -m bench.stream --transport ws --clients --distinct 200 500 --rate 20 \
+        --source remote [--servers 2]
 
 Each case starts its own Daphne processes (--servers, free ports, the bench's SQLite database
 under var/bench/), starts one streaming reply per watched conversation over HTTP (reply i in
@@ -11,8 +13,14 @@ records --window seconds of deltas, presses Stop on every reply and waits for ev
 to see the end. --distinct N adds, per transport, a case of N readers each watching a reply
 of its own (N distinct replies). Delay is the client's receive time minus `t`, the time the
 engine emitted the (first) piece of a delta (same machine, same clock). The token source is
-the synthetic runner (--source synthetic, --rate tokens/s per reply) or the real model
-(--source model).
+the synthetic runner in each Daphne (--source synthetic, --rate tokens/s per reply), the real
+model (--source model), or an OpenAI-compatible stub in a process of its own
+(`bench/openai_stub.py`, --rate tokens/s per reply) that the Daphnes stream from through their
+real remote-engine client (--source remote: the web tier alone, no engine in its process;
+`t` is then when the web process received the piece).
+Each row also has the replies, the tokens/s offered (replies × rate) and delivered (pieces of
+the deltas emitted inside the window, each reply counted once), whether every reader's text
+equals the saved text, and the load average before and after the case.
 Prints a Markdown table and writes var/bench/stream.json.
 """
 
@@ -23,6 +31,7 @@ import asyncio
 import json
 import os
 import resource
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -37,11 +46,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--transport", nargs="+", choices=["ws", "sse"], default=["ws", "sse"])
     parser.add_argument("--clients", nargs="*", type=int, default=[10, 100, 1000])
     parser.add_argument("--conversations", type=int, default=10, help="replies streaming at once")
-    parser.add_argument("--source", choices=["synthetic", "model"], default="synthetic")
-    parser.add_argument("--rate", type=float, default=10.0, help="synthetic tokens/s per reply")
+    parser.add_argument("--source", choices=["synthetic", "model", "remote"], default="synthetic")
+    parser.add_argument("--rate", type=float, default=10.0, help="tokens/s per reply (not model)")
     parser.add_argument("--window", type=float, default=10.0, help="seconds of deltas measured")
     parser.add_argument("--connect-concurrency", type=int, default=16)
     parser.add_argument("--servers", type=int, default=1, help="Daphne processes per case")
+    parser.add_argument(
+        "--turn-concurrency", type=int, default=1, help="turns started at once (SQLite: 1)"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="each reply's length"
+    )
     parser.add_argument(
         "--distinct", nargs="*", type=int, default=[], help="readers, each of its own reply"
     )
@@ -71,7 +86,28 @@ def raise_open_files_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def server_env(args: argparse.Namespace, conversations: int) -> dict[str, str]:
+def start_stub(args: argparse.Namespace):
+    """The stub engine's process (--source remote) and its base URL."""
+    from tests.support.processes import Service, child_env, free_port, port_open, wait_until
+
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.openai_stub",
+        "--port",
+        str(port),
+        "--rate",
+        str(args.rate),
+    ]
+    stub = Service(f"openai-stub-{port}", argv, child_env(), args.workdir / "logs")
+    wait_until(lambda: port_open(port) or not stub.alive(), 30, "the stub engine")
+    if not stub.alive():
+        raise RuntimeError(f"the stub engine exited:\n{stub.log_text()[-3000:]}")
+    return stub, f"http://127.0.0.1:{port}"
+
+
+def server_env(args: argparse.Namespace, conversations: int, engine: str = "") -> dict[str, str]:
     from django.conf import settings
 
     env = {
@@ -84,14 +120,16 @@ def server_env(args: argparse.Namespace, conversations: int) -> dict[str, str]:
         # Its own live events channels: another run on the same Redis database (a test suite,
         # a second bench) numbers its conversations from 1 too.
         "TANDEM_CHANNEL_PREFIX": f"bench-{os.getpid()}",
-        "TANDEM_ENGINE_SOURCE": args.source,
-        "TANDEM_CHAT_MAX_NEW_TOKENS": str(MAX_NEW_TOKENS),
+        "TANDEM_ENGINE_SOURCE": "synthetic" if args.source == "remote" else args.source,
+        "TANDEM_CHAT_MAX_NEW_TOKENS": str(args.max_new_tokens),
         "TANDEM_MAX_RUNNING": str(max(32, conversations)),
         # A step must hold every decoder plus a prompt token (the engine refuses less), and
         # every reply may wait for its prefill at once (--distinct starts a thousand).
         "TANDEM_MAX_STEP_TOKENS": str(max(512, conversations + 512)),
         "TANDEM_MAX_WAITING": str(max(256, conversations)),
     }
+    if args.source == "remote":
+        env.update(TANDEM_ENGINE=engine, TANDEM_ENGINE_MODEL="stub")
     if args.source == "synthetic":
         env["TANDEM_SYNTHETIC_TOKENS_PER_S"] = str(args.rate)
         # Greedy: the forced token wins either way, and top-p's sort of the whole vocabulary
@@ -107,7 +145,8 @@ async def run_case(args, transport: str, count: int, viewers: list):
     from bench.stream_stats import summarize
 
     conversations = len(viewers)
-    env = server_env(args, -(-conversations // args.servers))
+    stub, engine = start_stub(args) if args.source == "remote" else (None, "")
+    env = server_env(args, -(-conversations // args.servers), engine)
     servers = Servers(
         [
             BenchServer(args.workdir / DATABASE, args.workdir / "logs", **env)
@@ -117,12 +156,16 @@ async def run_case(args, transport: str, count: int, viewers: list):
     try:
         await asyncio.gather(*(asyncio.to_thread(s.wait_ready) for s in servers.all))
         load_before = os.getloadavg()[0]
-        # One after another: concurrent turn creation on SQLite can fail with "database is
-        # locked" (two deferred transactions upgrading to write), which is not this bench's topic.
-        replies = [
-            await asyncio.to_thread(servers.pick(i).start_turn, viewer)
-            for i, viewer in enumerate(viewers)
-        ]
+        # One after another by default; more at once start a thousand faster (SQLite takes
+        # each turn's write lock at BEGIN, so they queue), but then every reply is mid-stream
+        # while the readers connect, which slows their connects down (see docs/deploy.md).
+        starting = asyncio.Semaphore(args.turn_concurrency)
+
+        async def start(index: int, viewer) -> int:
+            async with starting:
+                return await asyncio.to_thread(servers.pick(index).start_turn, viewer)
+
+        replies = list(await asyncio.gather(*(start(i, v) for i, v in enumerate(viewers))))
         watched = list(zip(viewers, replies, strict=True))
         clients = [
             Client(viewer.conversation_id, reply, viewer.cookie)
@@ -153,13 +196,18 @@ async def run_case(args, transport: str, count: int, viewers: list):
         for task in late:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
+        saved = await asyncio.to_thread(saved_texts, replies)
     finally:
         servers.stop()
+        if stub is not None:
+            stub.stop()
     return summarize(
         clients,
         (start, end),
         (rss_before, rss_held),
-        source=args.source if args.source == "model" else f"synthetic {args.rate:g} tok/s",
+        saved,
+        source=args.source if args.source == "model" else f"{args.source} {args.rate:g} tok/s",
+        offered_tok_s=None if args.source == "model" else conversations * args.rate,
         transport=transport,
         conversations=conversations,
         servers=args.servers,
@@ -167,7 +215,21 @@ async def run_case(args, transport: str, count: int, viewers: list):
         server_cpu=round(cpu_server, 2),
         bench_cpu=round(cpu_bench, 2),
         load_before=round(load_before, 2),
+        load_after=round(os.getloadavg()[0], 2),
     )
+
+
+def saved_texts(replies: list[int]) -> dict[int, str]:
+    """Each reply's text part as saved, by part id (read after every reply ended)."""
+    from django.db import close_old_connections
+
+    from chat.models import Part
+
+    try:
+        found = Part.objects.filter(message_id__in=replies, kind=Part.Kind.TEXT)
+        return dict(found.values_list("pk", "text"))
+    finally:
+        close_old_connections()
 
 
 def main(argv: list[str] | None = None) -> list:

@@ -3,8 +3,10 @@
 Each client signs in with a session cookie, takes the snapshot the server sends first, then
 records every `part.delta` as (emitted, received): `t` is stamped by the server when the
 engine emitted the piece (the first of a delta's range), the receive time is taken here on
-the same clock. It checks that the deltas' seq ranges follow each other without a gap or a
-repeat and that the reply's end reaches it.
+the same clock, with the number of pieces it carries. It checks that the deltas' seq ranges
+follow each other without a gap or a repeat and that the reply's end reaches it, and builds
+each part's text as a page does (the snapshot's text, then each delta's), for the bench to
+compare with what was saved.
 
 The SSE reader speaks HTTP/1.0 over a bare asyncio stream (no chunked encoding: the body is
 the event stream itself) so that a thousand readers cost the shared CPU as little as possible.
@@ -51,12 +53,15 @@ class Client:
     error: str | None = None
     gaps: int = 0
     duplicates: int = 0
-    deltas: list[tuple[float, float]] = field(default_factory=list)
+    deltas: list[tuple[float, float, int]] = field(default_factory=list)  # (t, received, pieces)
     next_seq: dict[int, int] = field(default_factory=dict)
+    texts: dict[int, str] = field(default_factory=dict)  # part id: the text shown
 
     def take_parts(self, parts: list[dict]) -> None:
         for part in parts:
-            self.next_seq[part["id"]] = part["seq"] + 1
+            if part.get("kind", "text") == "text":
+                self.next_seq[part["id"]] = part["seq"] + 1
+                self.texts[part["id"]] = part.get("text") or ""
 
     def take_status(self, message_id: int, status: str | None) -> None:
         if message_id == self.message_id and status != "in_progress":
@@ -73,9 +78,11 @@ class Client:
             if first != expected:
                 self.gaps += 1 if first > expected else 0
                 self.duplicates += 1 if first < expected else 0
+            if first == expected:
+                self.texts[part_id] = self.texts.get(part_id, "") + event["text"]
             self.next_seq[part_id] = seq + 1
             if "t" in event:
-                self.deltas.append((event["t"], received))
+                self.deltas.append((event["t"], received, seq - first + 1))
         elif kind == "message.state":
             self.take_status(event["message_id"], event["status"])
         elif kind == "snapshot":

@@ -91,7 +91,8 @@ class BenchServer:
         return f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 300) -> None:
-        """Until /health says the engine is ready (synthetic: seconds; the model: longer)."""
+        """Until /health says the engine is ready (synthetic: seconds; the model: longer), or
+        that the text comes from remote engines."""
         wait_until(lambda: port_open(self.port) or not self.service.alive(), 60, "daphne")
 
         def ready() -> bool:
@@ -99,7 +100,7 @@ class BenchServer:
                 raise RuntimeError(f"daphne exited:\n{self.service.log_text()[-3000:]}")
             try:
                 with urllib.request.urlopen(f"{self.origin}/health", timeout=5) as response:
-                    return json.load(response)["model"]["state"] == "ready"
+                    return json.load(response)["model"]["state"] in ("ready", "remote")
             except urllib.error.HTTPError as exc:
                 model = json.loads(exc.read() or b"{}").get("model", {})
                 if model.get("state") == "error":  # it will not become ready: say why now

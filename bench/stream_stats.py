@@ -24,11 +24,15 @@ class Row:
     transport: str
     clients: int
     conversations: int
+    replies: int
     servers: int
     held: int
     errors: int
     gaps: int
-    duplicates: int
+    dups: int
+    offered_tok_s: float | None
+    delivered_tok_s: float
+    saved_equal: bool
     connect_p99_s: float
     deliveries: int
     deliveries_per_s: float
@@ -44,17 +48,43 @@ class Row:
     cpu_ms_per_delivery: float | None
     bench_cpu: float
     load_before: float
+    load_after: float
     error_kinds: dict[str, int] = field(default_factory=dict)
     error_samples: list[str] = field(default_factory=list)
 
 
+def delivered(clients: list[Client], window: tuple[float, float]) -> float:
+    """Pieces per second that reached readers, each reply counted once (its best reader): the
+    pieces of the deltas emitted inside the window."""
+    start, end = window
+    best: dict[int, int] = {}
+    for client in clients:
+        pieces = sum(n for emitted, _, n in client.deltas if start <= emitted < end)
+        best[client.message_id] = max(best.get(client.message_id, 0), pieces)
+    return round(sum(best.values()) / (end - start), 1)
+
+
+def saved_equal(clients: list[Client], saved: dict[int, str]) -> bool:
+    """Every reader's text of every part it saw equals the part's saved text."""
+    return bool(saved) and all(
+        text == saved.get(part_id) for client in clients for part_id, text in client.texts.items()
+    )
+
+
 def summarize(
-    clients: list[Client], window: tuple[float, float], rss: tuple[int, int], **facts
+    clients: list[Client],
+    window: tuple[float, float],
+    rss: tuple[int, int],
+    saved: dict[int, str],
+    **facts,
 ) -> Row:
     """Delays of the deltas the engine emitted inside the window, errors, memory per socket.
 
     `pieces_per_s` is what one reader of a reply got per second (the median reader): below
-    the synthetic rate, the engine or the writer thread fell behind the pace.
+    the synthetic rate, the engine or the writer thread fell behind the pace. `delivered_tok_s`
+    is the pieces all replies delivered per second (against `offered_tok_s`, replies × rate),
+    `saved_equal` whether the saved text is the streamed text for every reply (`saved`: part
+    id → the text in the database after the end).
     `cpu_ms_per_delivery` is the Daphnes' CPU time in the window over the deltas delivered in
     it (the engine and writer included).
     """
@@ -62,7 +92,7 @@ def summarize(
     delays = [
         (received - emitted) * 1000
         for client in clients
-        for emitted, received in client.deltas
+        for emitted, received, _ in client.deltas
         if start <= emitted < end
     ]
     held = sum(c.connected and c.error is None for c in clients)
@@ -73,7 +103,7 @@ def summarize(
         for c in failed
     )
     connects = [c.connect_seconds for c in clients if c.connected]
-    per_reader = [sum(start <= emitted < end for emitted, _ in c.deltas) for c in clients]
+    per_reader = [sum(start <= emitted < end for emitted, _, _ in c.deltas) for c in clients]
     before, after = rss
     connected = sum(c.connected for c in clients)
     server_cpu = facts["server_cpu"]
@@ -82,7 +112,10 @@ def summarize(
         held=held,
         errors=len(failed),
         gaps=sum(c.gaps for c in clients),
-        duplicates=sum(c.duplicates for c in clients),
+        dups=sum(c.duplicates for c in clients),
+        replies=len({c.message_id for c in clients}),
+        delivered_tok_s=delivered(clients, window),
+        saved_equal=saved_equal(clients, saved),
         cpu_ms_per_delivery=(
             round(server_cpu * (end - start) * 1000 / len(delays), 3) if delays else None
         ),
@@ -111,7 +144,11 @@ COLUMNS = [
     ("held", "held"),
     ("errors", "errors"),
     ("gaps", "gaps"),
-    ("duplicates", "dups"),
+    ("dups", "dups"),
+    ("replies", "replies"),
+    ("offered_tok_s", "offered tok/s"),
+    ("delivered_tok_s", "delivered tok/s"),
+    ("saved_equal", "saved=streamed"),
     ("pieces_per_s", "pieces/s/reply"),
     ("deliveries_per_s", "msgs/s"),
     ("delay_p50_ms", "delay p50 ms"),
@@ -122,7 +159,8 @@ COLUMNS = [
     ("server_cpu", "daphne CPU"),
     ("cpu_ms_per_delivery", "CPU ms/msg"),
     ("bench_cpu", "bench CPU"),
-    ("load_before", "load"),
+    ("load_before", "load before"),
+    ("load_after", "load after"),
 ]
 
 

@@ -16,6 +16,7 @@ import json
 import logging
 
 from django.conf import settings
+from redis.client import Pipeline
 from redis.exceptions import RedisError
 
 from chat.models import Part
@@ -81,6 +82,12 @@ def send(conversation_id: int, event: dict) -> bool:
         )
         return False
     return True
+
+
+def send_in(pipe: Pipeline, conversation_id: int, event: dict) -> None:
+    """Queue the event's PUBLISH on `pipe`: the text writer sends many parts' deltas in one
+    round trip and handles the pipeline's errors itself."""
+    pipe.publish(channel_name(conversation_id), encode(event))
 
 
 def part_state_event(part: Part) -> dict:

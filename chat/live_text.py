@@ -47,6 +47,11 @@ def append(part_id: int, *pieces: str) -> bool:
     return _quietly("append", part_id, lambda r: r.rpush(KEY.format(part_id), *pieces)) is not None
 
 
+def append_in(pipe: redis.client.Pipeline, part_id: int, pieces: list[str]) -> None:
+    """Queue the next pieces of a part on `pipe` (the writer sends many parts' at once)."""
+    pipe.rpush(KEY.format(part_id), *pieces)
+
+
 def rebuild(part_id: int, pieces: list[str]) -> bool:
     """Replace a part's tail with all its deltas, in one transaction; False when Redis failed.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -51,11 +51,68 @@ def part_transition(
     return part
 
 
-def part_update(part: Part, **fields) -> None:
-    """Save non-state fields (text so far, first token time) of a part; nobody is told."""
+def part_update(part: Part, *, streaming_only: bool = False, **fields) -> None:
+    """Save non-state fields (text so far, first token time) of a part; nobody is told.
+    `streaming_only` skips a part that is no longer streaming (its final save has the text)."""
     for name, value in fields.items():
         setattr(part, name, value)
-    Part.objects.filter(pk=part.pk).update(**fields, updated_at=timezone.now())
+    rows = Part.objects.filter(pk=part.pk)
+    if streaming_only:
+        rows = rows.filter(state=Part.State.STREAMING)
+    rows.update(**fields, updated_at=timezone.now())
+
+
+def parts_update(changes: list[tuple[Part, dict]], *, streaming_only: bool = False) -> int:
+    """Save non-state fields of many parts at once (the text writer's text so far); nobody is
+    told. Returns the rows written: a part deleted meanwhile is skipped, not an error, and with
+    `streaming_only` so is one that ended meanwhile (its final save carries the whole text).
+
+    One UPDATE with a CASE per field for as many parts as the database's parameter limit
+    allows (SQLite's 999: about 200 parts of text and seq; PostgreSQL: all), all in one
+    transaction: a save per part was a statement and a commit (an fsync on SQLite) per part
+    and interval, which at hundreds of replies kept the writer waiting on the disk. The SQL
+    is written here rather than by the ORM's Case/When, whose expressions for 200 parts took
+    a fifth of a core at two saves a second.
+    """
+    if not changes:
+        return 0
+    quote = connection.ops.quote_name
+    meta = Part._meta
+    names = sorted({name for _, fields in changes for name in fields})
+    columns = {name: meta.get_field(name) for name in names}
+    limit = connection.features.max_query_params or 65535
+    size = max(1, (limit - 2) // (1 + 2 * len(names)))  # IN's id, a WHEN's id and value each
+    now = timezone.now()
+    written = 0
+    with transaction.atomic(), connection.cursor() as cursor:
+        for start in range(0, len(changes), size):
+            batch = changes[start : start + size]
+            sets, params = [], []
+            for name, field in columns.items():
+                column = quote(field.column)
+                whens = []
+                for part, fields in batch:
+                    if name in fields:
+                        whens.append("WHEN %s THEN %s")
+                        params += [part.pk, field.get_db_prep_save(fields[name], connection)]
+                if whens:  # a field no part of this batch carries is left alone
+                    cases = " ".join(whens)
+                    sets.append(f"{column} = CASE {quote('id')} {cases} ELSE {column} END")
+            sets.append(f"{quote('updated_at')} = %s")
+            params.append(meta.get_field("updated_at").get_db_prep_save(now, connection))
+            ids = [part.pk for part, _ in batch]
+            params += ids
+            where = f"{quote('id')} IN ({', '.join(['%s'] * len(ids))})"
+            if streaming_only:
+                where += f" AND {quote('state')} = %s"
+                params.append(Part.State.STREAMING)
+            sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(sets)} WHERE {where}"
+            cursor.execute(sql, params)
+            written += cursor.rowcount
+    for part, fields in changes:
+        for name, value in fields.items():
+            setattr(part, name, value)
+    return written
 
 
 def part_progress(part: Part, fraction: float) -> bool:

@@ -309,13 +309,10 @@ TANDEM_SYNTHETIC_TOKENS_PER_S = env_float("TANDEM_SYNTHETIC_TOKENS_PER_S", 20.0)
 # Where the chat's text comes from (docs/deploy.md): `local`, the engine in this process, or
 # one or more OpenAI-compatible base URLs (comma separated; replicas, sticky per conversation)
 # that the text streams from, with an optional bearer key. Remote, this process loads no model.
+# A URL may end in /v1 or not (`remote_engine.base_url` makes them alike).
 # A stream quiet for TANDEM_ENGINE_STALL_TIMEOUT s is interrupted (its text kept).
 TANDEM_ENGINE = env_str("TANDEM_ENGINE", "local").strip()
-TANDEM_ENGINE_URLS = (
-    []
-    if TANDEM_ENGINE.lower() == "local"
-    else [url.rstrip("/") for url in env_list("TANDEM_ENGINE", [])]
-)
+TANDEM_ENGINE_URLS = [] if TANDEM_ENGINE.lower() == "local" else env_list("TANDEM_ENGINE", [])
 if any(not url.startswith(("http://", "https://")) for url in TANDEM_ENGINE_URLS):
     raise ImproperlyConfigured(
         f"TANDEM_ENGINE must be local or http(s) base URLs, not {TANDEM_ENGINE!r}."

@@ -6,9 +6,11 @@ server), the web process loads no model: each text part streams from
 `EngineEvent`s, so the chat's writer (chat/text_stream.py) numbers, tails, saves and finishes
 it exactly as it does a local one.
 
-One asyncio loop on a daemon thread holds one kept `httpx2.AsyncClient`; each stream is a task
-on it. Stop cancels the task, which closes the upstream connection: the engine drops a request
-whose client went away. A Stop that reaches another web process (any process serves any
+One asyncio loop on a daemon thread runs every stream, each a task on it whose response is read
+by an asyncio protocol (`sse_stream.py`: h11 and the SSE lines in the socket's callback, no
+task woken per token); a kept `httpx2.AsyncClient` asks the replicas for their models. Stop
+cancels the task, which closes the upstream connection: the engine drops a request whose
+client went away. A Stop that reaches another web process (any process serves any
 page) is published on Redis; the process streaming the part hears it and cancels there.
 
 Several URLs are replicas: a conversation always starts at the same one (its id picks it, so
@@ -35,6 +37,7 @@ from django.conf import settings
 from config.redis_client import redis_client
 from inference.engine.events import EngineEvent, FinishReason, Usage
 from inference.engine.sampling import SamplingParams
+from inference.provisioning import sse_stream
 
 log = logging.getLogger(__name__)
 
@@ -110,12 +113,28 @@ class Progress:
         )
 
 
+@dataclass
+class Outcome:
+    """How a stream's body ended: the last finish reason seen, or an error chunk's message."""
+
+    finish: str | None = None
+    error: str | None = None
+
+
 class Refused(Exception):
     """A replica did not take the request; `busy` when it said it is full."""
 
     def __init__(self, reason: str, busy: bool = False) -> None:
         super().__init__(reason)
         self.busy = busy
+
+
+def base_url(url: str) -> str:
+    """An engine's base URL without a trailing slash or `/v1`: servers are documented both
+    ways (llama-server's `http://host:8080/v1`), and every path here is appended with its
+    `/v1`, so `http://host:8080/v1` would ask for `/v1/v1/models`."""
+    url = url.strip().rstrip("/")
+    return url.removesuffix("/v1").rstrip("/") if url.endswith("/v1") else url
 
 
 def describe(exc: BaseException) -> str:
@@ -143,9 +162,10 @@ class RemoteEngine:
     """Streams chat completions from replicas on a loop of its own; thread-safe to call."""
 
     def __init__(self, urls: list[str]) -> None:
-        self.replicas = [Replica(url) for url in urls]
+        self.replicas = [Replica(base_url(url)) for url in urls]
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: httpx2.AsyncClient | None = None
+        self._client: httpx2.AsyncClient | None = None  # the models' probes
+        self._headers: dict[str, str] = {}
         self._tasks: dict[str, asyncio.Task] = {}  # touched on the loop only
         self._owned: set[str] = set()  # request ids streaming in this process
         self._lock = threading.Lock()
@@ -176,6 +196,7 @@ class RemoteEngine:
         headers = {"Accept": "text/event-stream"}
         if settings.TANDEM_ENGINE_API_KEY:
             headers["Authorization"] = f"Bearer {settings.TANDEM_ENGINE_API_KEY}"
+        self._headers = headers
         self._client = httpx2.AsyncClient(
             timeout=timeout, limits=limits, headers=headers, trust_env=False
         )
@@ -283,7 +304,7 @@ class RemoteEngine:
             except Refused as refused:
                 busy += refused.busy
                 reasons.append(f"{replica.url}: {refused}")
-            except httpx2.TransportError as exc:  # not reached: nothing was streamed yet
+            except (httpx2.TransportError, sse_stream.StreamError) as exc:  # nothing streamed yet
                 replica.mark("down", describe(exc))
                 reasons.append(f"{replica.url}: {describe(exc)}")
         if busy == len(reasons):
@@ -297,11 +318,18 @@ class RemoteEngine:
     ) -> EngineEvent:
         model = await self._model_of(replica)
         started = time.monotonic()
-        url = f"{replica.url}/v1/chat/completions"
-        async with self._client.stream("POST", url, json={"model": model, **body}) as response:
-            status = response.status_code
+        payload = json.dumps({"model": model, **body}).encode()
+        stream = await sse_stream.open_stream(
+            f"{replica.url}/v1/chat/completions",
+            payload,
+            self._headers,
+            settings.TANDEM_ENGINE_CONNECT_TIMEOUT,
+            settings.TANDEM_ENGINE_STALL_TIMEOUT,
+        )
+        try:
+            status = stream.status
             if status != 200:
-                detail = await error_text(response)
+                detail = error_text(await stream.body())
                 if status in REFUSED_BUSY:
                     replica.mark("busy", f"{status}: {detail}", time.monotonic() - started)
                     raise Refused(f"{status} {detail}", busy=True)
@@ -313,49 +341,55 @@ class RemoteEngine:
                     FinishReason.ERROR, f"{replica.url} refused this reply ({status}): {detail}"
                 )
             replica.mark("ok", latency=time.monotonic() - started)
-            return await self._relay(replica, response, progress, on_event)
+            return await self._relay(replica, stream, progress, on_event)
+        finally:
+            stream.close()
 
     async def _relay(
-        self, replica: Replica, response, progress: Progress, on_event: OnEvent
+        self, replica: Replica, stream: sse_stream.SseProtocol, progress: Progress, on_event
     ) -> EngineEvent:
         """Turn the SSE chunks into events until the stream ends; a drop or a stall keeps the
-        text (`interrupted`)."""
-        finish: str | None = None
+        text (`interrupted`). Each chunk is handled as its bytes arrive, in the protocol's
+        callback: no task is woken per token."""
+        outcome = Outcome()
+
+        def on_line(data: bytes) -> bool:
+            if data == b"[DONE]":
+                return True
+            chunk = json.loads(data)
+            if "error" in chunk:
+                error = chunk["error"]
+                outcome.error = error.get("message") if isinstance(error, dict) else str(error)
+                return True
+            if usage := chunk.get("usage"):
+                progress.usage = Usage(usage["prompt_tokens"], usage["completion_tokens"])
+            for choice in chunk.get("choices") or []:
+                if content := (choice.get("delta") or {}).get("content"):
+                    on_event(progress.piece(content))
+                outcome.finish = choice.get("finish_reason") or outcome.finish
+            return False
+
         try:
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    error = chunk["error"]
-                    message = error.get("message") if isinstance(error, dict) else str(error)
-                    return progress.final(FinishReason.ERROR, f"{replica.url}: {message}")
-                if usage := chunk.get("usage"):
-                    progress.usage = Usage(usage["prompt_tokens"], usage["completion_tokens"])
-                for choice in chunk.get("choices") or []:
-                    if content := (choice.get("delta") or {}).get("content"):
-                        on_event(progress.piece(content))
-                    finish = choice.get("finish_reason") or finish
-        except httpx2.TimeoutException:
+            await stream.relay(on_line)
+        except sse_stream.ReadTimeout:
             stall = settings.TANDEM_ENGINE_STALL_TIMEOUT
             replica.mark("ok", f"a stream stalled for {stall:g} s")
             return progress.final(
                 FinishReason.INTERRUPTED, f"{replica.url} sent nothing for {stall:g} s"
             )
-        except httpx2.TransportError as exc:
+        except sse_stream.StreamError as exc:
             replica.mark("down", describe(exc))
             return progress.final(
                 FinishReason.INTERRUPTED, f"the stream from {replica.url} dropped: {describe(exc)}"
             )
-        if finish is None:
+        if outcome.error is not None:
+            return progress.final(FinishReason.ERROR, f"{replica.url}: {outcome.error}")
+        if outcome.finish is None:
             return progress.final(
                 FinishReason.INTERRUPTED,
                 f"the stream from {replica.url} ended before the reply did",
             )
-        return progress.final(FINISH.get(finish, FinishReason.EOS_TOKEN))
+        return progress.final(FINISH.get(outcome.finish, FinishReason.EOS_TOKEN))
 
     async def _model_of(self, replica: Replica) -> str:
         """The model name to ask for: the setting, else what the replica serves."""
@@ -403,9 +437,9 @@ class RemoteEngine:
                 await asyncio.sleep(1)
 
 
-async def error_text(response) -> str:
+def error_text(body: bytes) -> str:
     """The body of a refusal, short: OpenAI's error message when it is one."""
-    raw = (await response.aread()).decode(errors="replace")
+    raw = body.decode(errors="replace")
     try:
         error = json.loads(raw).get("error")
     except (ValueError, AttributeError):
