@@ -23,7 +23,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import time
 from dataclasses import asdict
 from functools import partial
@@ -32,7 +31,7 @@ from statistics import median
 
 import torch
 
-from bench import head_of_line, lecture, report, results_page, served_peers
+from bench import cpu_info, head_of_line, lecture, report, results_page, served_peers
 from bench.peers import (
     ceiling,
     hf_generate_batch,
@@ -69,7 +68,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes, chart to results/")
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16, every peer")
     parser.add_argument(
-        "--weights", default="auto", help="auto | bf16 | int8 | fp16 | q4, Tandem only"
+        "--weights", default="auto", help="auto | bf16 | int8 | q8 | fp16 | q4, Tandem only"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument(
@@ -115,22 +114,9 @@ def settle() -> None:
 
 
 def machine() -> dict[str, object]:
-    """What the figures were measured on."""
-    model_name = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    return {
-        "cpu": model_name,
-        "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "load_average_start": os.getloadavg(),
-    }
+    """What the figures were measured on, and the load when they started."""
+    threads, load = torch.get_num_threads(), os.getloadavg()
+    return {"cores": os.cpu_count(), "torch_threads": threads, "load_average_start": load}
 
 
 def adder(rows: list[Figures], n_tokens: int):
@@ -219,11 +205,13 @@ def peer_rows(args, model, tokenizer, tandem: TandemPeer | None) -> list[Figures
     return rows
 
 
-def served_rows(args, tokenizer) -> tuple[list[Figures], dict[str, dict]]:
+def served_rows(args, tokenizer) -> tuple[list[Figures], dict[str, dict], dict[str, float]]:
     """The peers in their own processes: llama.cpp and Tandem over HTTP, vLLM's CPU build;
-    and the WebSocket round trips on Tandem's server, idle and at each level."""
+    the WebSocket round trips on Tandem's server, idle and at each level; a long prompt's
+    TTFT on each HTTP server."""
     rows: list[Figures] = []
     pings: dict[str, dict] = {}
+    ttft: dict[str, float] = {}
     add, chosen = adder(rows, args.new_tokens), set(args.peers)
     if chosen & {llamacpp_http.NAME, tandem_http.NAME}:
         settings = tandem_http.Settings(
@@ -236,7 +224,7 @@ def served_rows(args, tokenizer) -> tuple[list[Figures], dict[str, dict]]:
             compile=not args.no_compile,
         )
         threads = args.threads or os.cpu_count() or 1
-        pings = served_peers.run_http(
+        pings, ttft = served_peers.run_http(
             chosen,
             args.streams,
             args.new_tokens,
@@ -245,10 +233,11 @@ def served_rows(args, tokenizer) -> tuple[list[Figures], dict[str, dict]]:
             threads,
             args.build_llamacpp,
             add,
+            args.long_prompt,
         )
     if vllm_cpu.NAME in chosen:
         served_peers.run_vllm(args.streams, args.new_tokens, tokenizer, args.model, add)
-    return rows, pings
+    return rows, pings, ttft
 
 
 def warm_up(args, model, tokenizer, tandem: TandemPeer | None) -> None:
@@ -335,7 +324,9 @@ def main() -> None:
     if not args.quick:
         settle()
     info = machine() | {"weights": runner.weights, "compile": runner.compile_state}
-    print(f"model {loaded.name}  dtype {loaded.dtype}  {info}", flush=True)
+    cpu = cpu_info.describe(runner)
+    kinds = {k: cpu[k] for k in ("weights", "dtype", "attention", "q8_instructions")}
+    print(f"model {loaded.name} on {cpu_info.line(cpu)}: {kinds}", flush=True)
     tandem = None
     if report.TANDEM in args.peers:
         config = EngineConfig(max_running=max(32, *args.streams), max_step_tokens=STEP_TOKENS)
@@ -354,11 +345,14 @@ def main() -> None:
     itl_ratio = median(itl_rounds) if itl_rounds else None
 
     ws_pings: dict[str, dict] = {}
+    prefill = {"prompt_tokens": args.long_prompt, "tandem_loaded_ttft_ms": None}
+    prefill["tandem_loaded_ttft_ms"] = hol and hol.long_prompt_ttft_ms
     if set(args.peers) & set(SERVED):
         print("\n== peers in their own processes ==", flush=True)
         print(report.figures_table([]), flush=True)
-        served, ws_pings = served_rows(args, tokenizer)
+        served, ws_pings, ttft = served_rows(args, tokenizer)
         rows += served
+        prefill |= ttft
 
     if tandem is not None:
         lecture_rows, curves = lecture_section(args, model, tokenizer, loaded.dtype)
@@ -368,7 +362,7 @@ def main() -> None:
     for key, value in rates.items():
         print(f"{key:<50} {value:6.2f}x")
     stall = hol and hol.itl_during_p99_ms / hol.itl_before_p50_ms
-    goals = report.targets(rows, ceilings, itl_ratio, hol and hol.loaded_over_idle, stall)
+    goals = report.targets(rows, ceilings, itl_ratio, hol and hol.loaded_over_idle, stall, prefill)
     print("\n== targets ==\n" + report.targets_table(goals))
 
     info["load_average_end"] = os.getloadavg()
@@ -376,6 +370,7 @@ def main() -> None:
     out = RESULTS / f"engine-{time.strftime('%Y%m%d-%H%M%S')}.json"
     payload = {
         "machine": info,
+        "cpu": cpu,
         "model": loaded.describe(),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "peers": [asdict(r) for r in rows],
@@ -384,6 +379,7 @@ def main() -> None:
         "itl_last_over_first_quarter": itl_ratio,
         "itl_last_over_first_quarter_rounds": itl_rounds,
         "head_of_line": hol and asdict(hol),
+        "prefill": prefill,
         "ws_ping": ws_pings,
         "lecture": [asdict(r) for r in lecture_rows],
         "lecture_curves_ms": curves,

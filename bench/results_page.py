@@ -238,6 +238,14 @@ def _bars(record: dict) -> str:
         )
     if "long_prompt_ttft_ms" in hol:
         parts.append(f"the long prompt's TTFT {hol['long_prompt_ttft_ms'] / 1000:.1f} s")
+    long = record.get("prefill") or {}
+    if long.get("tandem_http_ttft_ms") and long.get("llama.cpp_http_ttft_ms"):
+        tandem, llama = long["tandem_http_ttft_ms"], long["llama.cpp_http_ttft_ms"]
+        parts.append(
+            f"a {long.get('tandem_http_prompt_tokens', 2000):,}-token prompt alone over HTTP: "
+            f"TTFT {_num(tandem)} ms against llama.cpp's {_num(llama)} "
+            f"(**{_num(tandem / llama, 2)}×**, bar ≤ 1)"
+        )
     flat = record.get("itl_last_over_first_quarter")
     if flat is not None:
         parts.append(
@@ -260,27 +268,9 @@ def rewrite(page: str, records: dict[str, dict]) -> str:
     return page[:start] + block(records) + page[end + len(END) :]
 
 
-def cpu_facts() -> dict:
-    """This machine's CPU as a kept run names it (Linux: /proc/cpuinfo)."""
-    fields: dict[str, str] = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if not line.strip():
-            break
-        fields.setdefault(key.strip(), value.strip())
-    flags = set(fields.get("flags", "").split())
-    vendor = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}.get(fields.get("vendor_id", ""), "")
-    return {
-        "name": fields.get("model name", ""),
-        "vendor": vendor or fields.get("vendor_id", "unknown"),
-        "family": int(fields.get("cpu family", "0")),
-        "model": int(fields.get("model", "0")),
-        "flags": {flag: flag in flags for flag in FLAGS} | {"amx": "amx_tile" in flags},
-    }
-
-
 def keep(payload: dict, folder: Path = KEPT) -> Path:
-    """Write a bench.engine payload as a kept run (`--keep`); the page is remade apart."""
+    """Write a bench.engine payload (its `cpu` from `bench.cpu_info`) as a kept run (`--keep`);
+    the page is remade apart."""
     now = datetime.now(UTC)
     commit = subprocess.run(
         ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True
@@ -289,7 +279,6 @@ def keep(payload: dict, folder: Path = KEPT) -> Path:
         "source": "written by bench.engine --keep",
         "date": now.strftime("%Y-%m-%dT%H:%MZ"),
         "commit": commit or "unknown",
-        "cpu": cpu_facts(),
         "load": {
             "start": payload["machine"]["load_average_start"][0],
             "end": payload["machine"]["load_average_end"][0],

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from bench import llamacpp_build, ws_ping
+from bench import llamacpp_build, prefill, ws_ping
 from bench.peers import llamacpp_http, tandem_http, vllm_cpu
 from bench.stats import PeerRun
 from bench.workload import chat_messages, chat_prompts
@@ -61,10 +61,13 @@ def run_http(
     threads: int,
     build_llamacpp: bool,
     add: Add,
-) -> dict[str, dict]:
-    """llama.cpp (a server per level, --parallel N) and Tandem (one server) at each level.
+    long_prompt: int = prefill.PROMPT_TOKENS,
+) -> tuple[dict[str, dict], dict[str, float]]:
+    """llama.cpp (a server per level, --parallel N) and Tandem (one server) at each level, then
+    each with a prompt of `long_prompt` tokens alone (`bench.prefill`).
 
-    Returns Tandem's WebSocket round trips (`bench.ws_ping`), idle and at each level, by label.
+    Returns Tandem's WebSocket round trips (`bench.ws_ping`), idle and at each level, by label,
+    and the long prompt's TTFT on each server.
     """
     add = with_chunks(add)
     binary = llamacpp_binary(build_llamacpp) if llamacpp_http.NAME in names else None
@@ -75,6 +78,8 @@ def run_http(
     slot_tokens = llamacpp_http.slot_context(longest, new_tokens)
     gguf = model_source.packaged_gguf() if binary else None
     pings: dict[str, ws_ping.Pings] = {}
+    long = prefill.long_messages(tokenizer, long_prompt)
+    ttft: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="tandem-bench-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         tandem = None
@@ -94,7 +99,16 @@ def run_http(
                 run, pings[str(n)] = tandem.run_pinged(conversations, new_tokens)
                 add(tandem_http.NAME, "burst", run)
                 print(ws_ping.log_line(f"{n} streams", pings[str(n)]), flush=True)
-    return {label: asdict(figures) for label, figures in pings.items()}
+        if tandem is not None:
+            ttft["tandem_http_ttft_ms"], ttft["tandem_http_prompt_tokens"] = prefill.ttft_ms(
+                tandem, long
+            )
+        if binary is not None:
+            ms, tokens = prefill.llamacpp_ttft_ms(binary, gguf, threads, long, long_prompt, workdir)
+            ttft["llama.cpp_http_ttft_ms"], ttft["llama.cpp_prompt_tokens"] = ms, tokens
+        for key, value in ttft.items():
+            print(f"long prompt alone: {key} {value:.1f}", flush=True)
+    return {label: asdict(figures) for label, figures in pings.items()}, ttft
 
 
 def run_vllm(

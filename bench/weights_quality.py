@@ -1,5 +1,5 @@
-"""What TANDEM_WEIGHTS=q4 and int8 cost in quality and gain in speed against bf16 (SmolLM2),
-or (--fp16) what fp16 costs and gains against the float32 weights of a float32 model.
+"""What TANDEM_WEIGHTS=q4, int8 and q8 cost in quality and gain in speed against bf16 (SmolLM2),
+or (--fp16) what fp16 and q8 cost and gain against the float32 weights of a float32 model.
 
     .venv/bin/python -m bench.weights_quality            # figures in docs/engine.md
     .venv/bin/python -m bench.weights_quality --fp16
@@ -29,7 +29,7 @@ from inference.engine.model_runner import ModelRunner
 from inference.engine.weights.choice import build_runner
 from inference.provisioning import loading, model_source
 
-EVERY_ROW = 1 << 20  # an int4 crossover no step reaches: every row on the int4 kernel
+EVERY_ROW = 1 << 20  # a crossover no step reaches: every row on the weight-only kernel
 TEXT = Path(__file__).resolve().parent.parent / "tests" / "data" / "perplexity.txt"
 
 
@@ -91,24 +91,27 @@ def main() -> None:
     loaded = loading.load(None, "float32" if args.fp16 else "bfloat16")
     model, tokenizer = loaded.model, loaded.tokenizer
     if args.fp16:
-        base, compared = "float32", ("fp16",)
+        base, compared = "float32", ("fp16", "q8")
         runners = {
             "float32": build_runner(model, "bf16", None),
             "fp16": build_runner(model, "fp16", None),
+            "q8": build_runner(model, "q8", None),
         }
-        scored = runners
+        scored = {**runners, "q8": build_runner(model, "q8", None, max_rows=EVERY_ROW)}
     else:
-        base, compared = "bf16", ("q4", "int8")
+        base, compared = "bf16", ("q4", "int8", "q8")
         gguf = model_source.packaged_gguf()
         runners = {
             "bf16": build_runner(model, "bf16", None),
             "q4": build_runner(model, "q4", gguf),
             "int8": build_runner(model, "int8", None),
+            "q8": build_runner(model, "q8", None),
         }
         scored = {
             "bf16": runners["bf16"],
             "q4": build_runner(model, "q4", gguf, max_rows=EVERY_ROW),
             "int8": build_runner(model, "int8", None, max_rows=EVERY_ROW),
+            "q8": build_runner(model, "q8", None, max_rows=EVERY_ROW),
         }
     text_ids = tokenizer(TEXT.read_text())["input_ids"]
     prompts = chat_prompts(tokenizer, 16)

@@ -1,4 +1,4 @@
-// The attention kernels' entry points and limits, bound to Python in attention_bindings.cpp.
+// The attention kernels' entry points and limits, bound to Python in bindings.cpp.
 
 #pragma once
 

@@ -89,6 +89,10 @@ _step = threading.local()
 
 # Defined and implemented apart, as `tandem::fp16_linear` is: `torch.library.custom_op`'s
 # wrapper (an aliasing check among others) cost ~10 µs a call, a plain Python kernel ~5.
+# Packings the graphs reach through an opaque op by handle; inductor's GEMM templates take the
+# others (int4, int8) as tensors.
+HANDLE_KINDS = ("fp16", "q8")
+TEMPLATE_KINDS = ("int4", "int8")
 torch.library.define("tandem::decode_attention", "(Tensor q, Tensor kv, int layer) -> Tensor")
 
 
@@ -121,11 +125,11 @@ class _Linear(nn.Module):
     """A projection with its weights registered, so freezing folds them into the graph.
 
     The kernel is fixed when the graph is traced (the bucket's row count is static): the
-    weight-only one (int4 or int8) for buckets up to `compiled_max_rows` (the projection's
-    eager `max_rows` unless CompiledDecode raises it for inductor's templates), the dense
-    packing above; eager calls switch at `max_rows`, the crossover of ATen's kernels. An fp16
-    projection's fbgemm matrix is no tensor: the graph calls it through its opaque op, at
-    every bucket.
+    weight-only one for buckets up to `compiled_max_rows` (the projection's eager `max_rows`
+    unless CompiledDecode raises it for inductor's templates), the dense packing (or the
+    projection's `large` kernel) above; eager calls switch at `max_rows`, the crossover
+    measured at start. fbgemm's fp16 and q8's matrices are called through their opaque ops
+    by handle (`weights/handles.py`), so no package holds them.
     """
 
     def __init__(self, projection: Projection) -> None:
@@ -135,9 +139,10 @@ class _Linear(nn.Module):
         self.weight = nn.Parameter(projection.dense, requires_grad=False)
         self.bias = None if projection.bias is None else nn.Parameter(projection.bias, False)
         self.kind = projection.small[0] if projection.small is not None else "dense"
-        self.fp16 = None
-        if self.kind == "fp16":
-            self.fp16 = projection.small[1]
+        self.large = projection.large
+        self.by_handle = None
+        if self.kind in HANDLE_KINDS:
+            self.by_handle = projection.small[1]
         elif projection.small is not None:
             packed, scales = projection.small[1]
             self.register_buffer("packed", packed, persistent=False)
@@ -146,8 +151,10 @@ class _Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         limit = self.compiled_max_rows if torch.compiler.is_compiling() else self.max_rows
         if x.shape[0] <= limit:
-            packing = self.fp16 if self.fp16 is not None else (self.packed, self.scales)
+            packing = self.by_handle if self.by_handle is not None else (self.packed, self.scales)
             return small_kernel(x, self.kind, packing, self.bias)
+        if self.large is not None:
+            return small_kernel(x, "fp16", self.large, self.bias)
         return nn.functional.linear(x, self.weight, self.bias)
 
 
@@ -282,12 +289,12 @@ class CompiledDecode:
         per thread."""
         self.templates = gemm_templates(runner.kv_spec.device)
         for module in runner.stack.modules():
-            if self.templates and isinstance(module, _Linear) and module.kind != "dense":
+            if self.templates and isinstance(module, _Linear) and module.kind in TEMPLATE_KINDS:
                 module.compiled_max_rows = buckets[-1]
         weight_only = [
             m.compiled_max_rows
             for m in runner.stack.modules()
-            if isinstance(m, _Linear) and m.kind != "dense"
+            if isinstance(m, _Linear) and m.kind in TEMPLATE_KINDS
         ]
         self.template_rows = template_rows(
             runner.kv_spec.device, max(weight_only, default=0), max(buckets)

@@ -70,7 +70,7 @@ def test_a_page_without_the_markers_is_refused():
 
 def test_keep_writes_a_run_the_page_can_read(tmp_path):
     payload = json.loads(KEPT[0].read_text())
-    for key in ("source", "date", "commit", "cpu", "load"):
+    for key in ("source", "date", "commit", "load"):
         payload.pop(key)
     payload["machine"] |= {"load_average_start": (0.5, 0.4, 0.3), "load_average_end": [1.5]}
     written = results_page.keep(payload, tmp_path)

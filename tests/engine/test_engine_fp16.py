@@ -64,6 +64,7 @@ def test_fp16_kernel_multiplies_by_the_weights_rounded_to_half() -> None:
 
 
 def test_a_dropped_matrix_leaves_the_registry() -> None:
+    gc.collect()  # earlier tests' matrices leave first
     before = len(fp16._packed)
     matrix = fp16.Fp16Matrix(torch.randn(16, 32))
     assert len(fp16._packed) == before + 1
@@ -72,9 +73,13 @@ def test_a_dropped_matrix_leaves_the_registry() -> None:
     assert len(fp16._packed) == before
 
 
-def test_auto_is_fp16_for_a_float32_model_and_fp16_needs_one(caplog) -> None:
-    """auto: fp16 on every layer and the head of a float32 model; asked for a bfloat16 model,
-    fp16 falls back to the dense weights with one warning."""
+def test_auto_is_fp16_for_a_float32_model_where_q8_loses_and_fp16_needs_one(
+    monkeypatch, caplog
+) -> None:
+    """auto: fp16 on every layer and the head of a float32 model where q8 wins at no row count
+    (faked: test_engine_q8.py has the other case); asked for a bfloat16 model, fp16 falls back
+    to the dense weights with one warning."""
+    monkeypatch.setattr(choice, "small_max_rows", lambda projections, rows=(): (0, {1: 1.3}))
     runner = build_runner(tiny_fp32(), "auto", None)
     assert runner.weights == "fp16" and runner.head is not None
     kinds = {p.small[0] for layer in runner.projections for p in vars(layer).values()}

@@ -173,7 +173,7 @@ def test_without_a_build_the_compiled_kernel_attends_said_once(monkeypatch, capl
     """A machine without a compiler cannot be made here for real: the build's fault is raised."""
 
     def no_compiler(*args: object) -> None:
-        raise RuntimeError("Error building extension 'tandem_attention'")
+        raise RuntimeError("Error building extension 'tandem_native'")
 
     monkeypatch.setattr(model_runner, "native_kernel", no_compiler)
     runner = tiny_runner()

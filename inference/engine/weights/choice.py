@@ -3,14 +3,16 @@
 `bf16` is the model's own dense weights (in TANDEM_DTYPE's dtype, bfloat16 on CPUs that have
 it, float32 elsewhere). `q4` reads the packaged GGUF's Q4_1 tensors into torch's int4 format.
 `int8` rounds the dense weights to int8 per output row for torch's int8 weight-only kernel
-(any model). Either keeps the dense packing too and uses its weight-only kernel up to the
-row count where it stops winning, measured at start (`crossover.py`). `fp16` rounds a float32
-model's weights to float16 for fbgemm's half-precision GEMM (`fp16.py`), which runs every
-row count. `auto` is fp16 for a float32 model on the CPU (the CPU lacks native bfloat16,
-where fbgemm beats both int8 and the float32 GEMM at every row count measured); for a
-bfloat16 one it is int8 when torch has the kernel and it wins at one row here; bf16
-otherwise: q4 is faster still but changes greedy answers (docs/engine.md, "Weight formats").
-A format that cannot be had falls back to bf16 and says why in one log line.
+(any model). `q8` rounds them the same way for our own kernel, which rounds the activations
+to int8 too (`q8.py`). Each keeps a second packing and uses its own kernel up to the row count
+where it stops winning, measured at start (`crossover.py`): the dense weights, or for q8 under
+a float32 model fbgemm's fp16 GEMM. `fp16` rounds a float32 model's weights to float16 for
+fbgemm's half-precision GEMM (`fp16.py`), which runs every row count. `auto`, for a float32
+model on the CPU (the CPU lacks native bfloat16), is q8 with fp16 above its crossover when q8
+wins at one row, fp16 otherwise; for a bfloat16 one it is whichever of int8 and q8 is faster
+at one row here, among those that beat the dense weights there; bf16 otherwise (q4 changes
+greedy answers more: docs/engine.md, "Weight formats"). A format that cannot be had falls back
+to bf16 and says why in one log line.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from inference.engine.weights.fp16 import fp16_kernel_missing
 from inference.engine.weights.layers import LayerProjections, layer_linears, q4_projection
 from inference.engine.weights.projection import GROUP, Projection, kernel_dtype
 from inference.engine.weights.q4 import read_layers
+from inference.engine.weights.q8 import BLOCK, q8_instructions, q8_kernel_missing
 
 log = logging.getLogger(__name__)
 
-CHOICES = ("auto", "bf16", "q4", "int8", "fp16")
+CHOICES = ("auto", "bf16", "q4", "int8", "q8", "fp16")
 
 
 def int4_kernel_missing() -> str | None:
@@ -118,6 +121,42 @@ def int8_layers(model: PreTrainedModel, max_rows: int) -> list[LayerProjections]
     return layers
 
 
+def q8_missing(model: PreTrainedModel) -> str | None:
+    """None when the q8 kernel can run this model's linears here, else why not."""
+    parameter = next(model.parameters())
+    if parameter.device.type != "cpu":
+        return "the q8 kernel is a CPU one and the model is not on the CPU"
+    if parameter.dtype not in (torch.float32, torch.bfloat16):
+        return f"q8 takes float32 or bfloat16 rows and the model is in {parameter.dtype}"
+    widths = {
+        p.in_features
+        for layer in model.model.layers
+        for p in layer.modules()
+        if isinstance(p, torch.nn.Linear)
+    }
+    if any(width % BLOCK for width in widths):
+        return f"q8 takes inputs in blocks of {BLOCK} and the model has widths {sorted(widths)}"
+    return q8_kernel_missing()
+
+
+def q8_projections(model: PreTrainedModel) -> tuple[list[LayerProjections], Projection]:
+    """Every decoder projection and the lm_head as q8, with fbgemm's fp16 GEMM above the
+    crossover under a float32 model (where fbgemm runs), the dense weights otherwise."""
+    large = fp16_missing(model) is None
+    layers = [
+        LayerProjections(
+            **{
+                name: Projection.from_dense_q8(p.dense, p.bias, 0, large)
+                for name, p in vars(LlamaRunner.dense_layer(layer)).items()
+            }
+        )
+        for layer in model.model.layers
+    ]
+    head = model.lm_head
+    bias = None if head.bias is None else head.bias.detach()
+    return layers, Projection.from_dense_q8(head.weight.detach(), bias, 0, large)
+
+
 def q4_missing(model: PreTrainedModel, gguf: Path | None) -> str | None:
     """None when the q4 weights can be used for this model, else why not."""
     if gguf is None:
@@ -144,11 +183,12 @@ def with_crossover(
     weights: str,
     max_rows: int | None,
     cache: CompileCache | None = None,
-) -> int:
+) -> tuple[int, float | None]:
     """Sets the layers' and head's weight-only kernel limit: `max_rows`, or the measured
     crossovers (the head's no higher than the layers'), kept in `cache` when given (the
-    compiled buckets are built on them); returns the layers'."""
-    head_rows = max_rows
+    compiled buckets are built on them); returns the layers' limit and, when measured, a
+    layer's time on the kernel over the other packing's at one row."""
+    head_rows, one_row = max_rows, None
     if max_rows is None:
 
         def measure() -> dict[str, object]:
@@ -163,6 +203,8 @@ def with_crossover(
             found, fresh = cache.measured("crossover", key, measure)
             how = "measured" if fresh else "as measured before on this machine"
         max_rows, head_rows = int(found["layers"]), int(found["head"])
+        ratios = {int(rows): ratio for rows, ratio in dict(found["ratios"]).items()}
+        one_row = ratios.get(1)
         log.info(
             "weights %s: weight-only kernel up to %d rows, the lm_head's up to %d, %s "
             "(its time / dense by rows: layer %s, lm_head %s)",
@@ -175,7 +217,7 @@ def with_crossover(
         )
     set_max_rows(layers, max_rows)
     head.max_rows = head_rows
-    return max_rows
+    return max_rows, one_row
 
 
 def crossover_shapes(layers: list[LayerProjections], head: Projection) -> list[object]:
@@ -201,6 +243,25 @@ def build_runner(
         raise ValueError(f"TANDEM_WEIGHTS must be one of {', '.join(CHOICES)}, not {setting!r}.")
     if setting == "bf16":
         return runner_for(model)
+    float32 = next(model.parameters()).dtype == torch.float32
+    if setting == "auto" and not float32:
+        return auto_dense_runner(model, max_rows, cache)
+    if setting in ("q8", "auto"):
+        missing = q8_missing(model)
+        if missing is None:
+            layers, head = q8_projections(model)
+            if with_crossover(layers, head, "q8", max_rows, cache)[0] > 0 or setting == "q8":
+                if setting == "q8" and q8_instructions() == "scalar":
+                    log.warning(
+                        "weights: q8's kernel has no vector instructions on this CPU "
+                        "(it needs AVX2 at least) and runs slowly; fp16 or bf16 is faster"
+                    )
+                return LlamaRunner(model, layers, weights="q8", head=head)
+            missing = "its kernel is slower than the other packing at one row here"
+        if setting == "q8":
+            log.warning("weights: q8 unavailable, using the dense weights: %s", missing)
+            return runner_for(model)
+        log.info("weights: q8 not taken: %s", missing)
     if setting in ("auto", "fp16"):
         missing = fp16_missing(model)
         if missing is None:
@@ -208,15 +269,13 @@ def build_runner(
         if setting == "fp16":
             log.warning("weights: fp16 unavailable, using the dense weights: %s", missing)
             return runner_for(model)
-    if setting in ("auto", "int8"):
+    if setting == "int8":
         missing = int8_missing(model)
         if missing is None:
             layers, head = int8_layers(model, 0), int8_head(model)
-            if with_crossover(layers, head, "int8", max_rows, cache) > 0 or setting == "int8":
-                return LlamaRunner(model, layers, weights="int8", head=head)
-            missing = "its kernel is slower than the dense one at every row count here"
-        level = logging.WARNING if setting == "int8" else logging.INFO
-        log.log(level, "weights: int8 unavailable, using the dense weights: %s", missing)
+            with_crossover(layers, head, "int8", max_rows, cache)
+            return LlamaRunner(model, layers, weights="int8", head=head)
+        log.warning("weights: int8 unavailable, using the dense weights: %s", missing)
         return runner_for(model)
     missing = q4_missing(model, gguf)
     if missing is None and gguf is not None:
@@ -226,6 +285,43 @@ def build_runner(
             return LlamaRunner(model, layers, weights="q4", head=head)
         except (ValueError, OSError) as exc:
             missing = f"{gguf.name} does not fit the model: {exc}"
-    level = logging.WARNING if setting == "q4" else logging.INFO
-    log.log(level, "weights: q4 unavailable, using the dense weights: %s", missing)
+    log.warning("weights: q4 unavailable, using the dense weights: %s", missing)
     return runner_for(model)
+
+
+def auto_dense_runner(
+    model: PreTrainedModel, max_rows: int | None, cache: CompileCache | None
+) -> LlamaRunner:
+    """auto for a model not in float32 (bfloat16 on CPUs that have it): of int8 and q8, each
+    with the dense weights above its crossover, the one faster at one row here (int8 at a tie
+    or when neither was timed); the dense weights where neither wins at one row."""
+    candidates: list[tuple[float, str, list[LayerProjections], Projection]] = []
+    reasons = []
+    for name, missing, build in (
+        ("int8", int8_missing(model), lambda: (int8_layers(model, 0), int8_head(model))),
+        ("q8", q8_missing(model), lambda: q8_projections(model)),
+    ):
+        if missing is not None:
+            reasons.append(f"{name}: {missing}")
+            continue
+        layers, head = build()
+        rows, one_row = with_crossover(layers, head, name, max_rows, cache)
+        if rows > 0:
+            candidates.append(
+                (one_row if one_row is not None else len(candidates), name, layers, head)
+            )
+        else:
+            reasons.append(
+                f"{name}: its kernel is slower than the dense one at every row count here"
+            )
+    if not candidates:
+        log.info("weights: int8 unavailable, using the dense weights: %s", "; ".join(reasons))
+        return runner_for(model)
+    _, name, layers, head = min(candidates, key=lambda c: c[0])
+    if len(candidates) > 1:
+        log.info(
+            "weights: %s taken, faster at one row here (layer time / dense: %s)",
+            name,
+            ", ".join(f"{c[1]} {c[0]}" for c in candidates),
+        )
+    return LlamaRunner(model, layers, weights=name, head=head)

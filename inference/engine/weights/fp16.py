@@ -11,20 +11,17 @@ every row count of a step, prompt chunks included.
 
 fbgemm's packed matrix is a TorchScript object that inductor cannot hold as a graph constant,
 so the compiled step reaches it through an opaque op, `tandem::fp16_linear`, that names the
-matrix by a handle into this module's registry. The handle is drawn from the weight's bytes, so
-a graph stored on disk (compile_cache.py) names the same matrix in the next process; two
-matrices of the same weight share one packing, which leaves the registry with its last owner.
+matrix by a handle into this module's registry (`handles.py`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import weakref
-
 import torch
 
-# handle -> [fbgemm's packed matrix, how many Fp16Matrix objects hold it]
-_packed: dict[int, list] = {}
+from inference.engine.weights.handles import Registry
+
+# handle -> fbgemm's packed matrix
+_packed: Registry[object] = Registry()
 
 
 def fp16_kernel_missing() -> str | None:
@@ -45,7 +42,7 @@ torch.library.define("tandem::fp16_linear", "(Tensor x, int handle, int out_feat
 @torch.library.impl("tandem::fp16_linear", "cpu")
 def _fp16_linear(x: torch.Tensor, handle: int, out_features: int) -> torch.Tensor:
     """x [rows, in] float32 times the registered fp16 matrix `handle`: [rows, out]."""
-    return torch.ops.quantized.linear_dynamic_fp16(x, _packed[handle][0])
+    return torch.ops.quantized.linear_dynamic_fp16(x, _packed[handle])
 
 
 @torch.library.register_fake("tandem::fp16_linear")
@@ -60,17 +57,9 @@ class Fp16Matrix:
     def __init__(self, weight: torch.Tensor) -> None:
         self.out_features, self.in_features = weight.shape
         weight = weight.float().contiguous()
-        digest = hashlib.blake2b(weight.view(torch.uint8).numpy().data, digest_size=7)
-        self.handle = int.from_bytes(digest.digest(), "little")
-        entry = _packed.get(self.handle)
-        if entry is None:
-            entry = _packed[self.handle] = [
-                torch.ops.quantized.linear_prepack_fp16(weight, None),
-                0,
-            ]
-        entry[1] += 1
-        self.packed = entry[0]
-        weakref.finalize(self, _release, self.handle)
+        self.handle, self.packed = _packed.hold(
+            self, [weight], lambda _: torch.ops.quantized.linear_prepack_fp16(weight, None)
+        )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [rows, in] -> [rows, out], float32 in and out. Eager calls skip the opaque op:
@@ -78,11 +67,3 @@ class Fp16Matrix:
         if torch.compiler.is_compiling():
             return torch.ops.tandem.fp16_linear(x, self.handle, self.out_features)
         return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
-
-
-def _release(handle: int) -> None:
-    """One owner fewer; the packing leaves the registry with the last."""
-    entry = _packed[handle]
-    entry[1] -= 1
-    if entry[1] == 0:
-        del _packed[handle]

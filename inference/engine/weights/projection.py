@@ -6,7 +6,8 @@ memory bound), but they dequantize per row tile and lose to the dense bf16 GEMM 
 rows share each weight read. A q4 or int8 projection therefore keeps both packings of the
 same weights (the dense one is the quantized values in the compute dtype) and picks the
 kernel by the rows of each call. An fp16 projection (fbgemm's half-precision GEMM, `fp16.py`)
-uses its one kernel at every row count.
+uses its one kernel at every row count. A q8 one (`q8.py`) under a float32 model takes fbgemm's
+fp16 GEMM above its crossover (`large`): the float32 GEMM would read twice the bytes.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import torch
 import torch.nn.functional as F
 
 from inference.engine.weights.fp16 import Fp16Matrix
+from inference.engine.weights.q8 import Q8Matrix, int8_rows
 
 GROUP = 32
 ZERO_POINT = 8
 # The packing of a weight-only kernel: ("int4", (packed, scales_and_zeros)), ("int8", (int8
-# weights, per-row scales)) or ("fp16", fbgemm's packed matrix).
-Packing = tuple[str, tuple[torch.Tensor, torch.Tensor] | Fp16Matrix]
+# weights, per-row scales)), ("fp16", fbgemm's packed matrix) or ("q8", int8 rows by handle).
+Packing = tuple[str, tuple[torch.Tensor, torch.Tensor] | Fp16Matrix | Q8Matrix]
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,10 @@ class Q4Matrix:
 
 
 class Projection:
-    """y = x Wᵀ (+ b): a weight-only kernel (int4 or int8) up to `max_rows`, dense above.
+    """y = x Wᵀ (+ b): a weight-only kernel (int4, int8, q8) up to `max_rows`, dense above.
 
     `small` is the packing the weight-only kernel reads (`Packing`); None for a dense-only
-    projection.
+    projection. `large`, when given, is the kernel above `max_rows` in place of the dense GEMM.
     """
 
     def __init__(
@@ -68,10 +70,12 @@ class Projection:
         bias: torch.Tensor | None = None,
         small: Packing | None = None,
         max_rows: int = 0,
+        large: Fp16Matrix | None = None,
     ) -> None:
         self.dense = dense
         self.bias = bias
         self.small = small
+        self.large = large
         self.max_rows = max_rows if small is not None else 0
         self.out_features, self.in_features = dense.shape
 
@@ -108,12 +112,27 @@ class Projection:
         per weight; the dense packing holds the same rounded values (scales as the kernel
         holds them, in `kernel_dtype`), so both kernels multiply by the same weights.
         """
-        w = weight.float()
-        scales = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
-        q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+        q, scales = int8_rows(weight)
         scales = scales.to(kernel_dtype(weight.dtype))
         dense = (q.float() * scales.float()[:, None]).to(weight.dtype)
         return cls(dense, bias, ("int8", (q, scales)), max_rows)
+
+    @classmethod
+    def from_dense_q8(
+        cls, weight: torch.Tensor, bias: torch.Tensor | None, max_rows: int, large: bool
+    ) -> Projection:
+        """int8 rows for the q8 kernel (`q8.py`), rounded as `from_dense_int8` rounds them.
+
+        With `large` (a float32 model) fbgemm's fp16 GEMM of the same rounded weights runs
+        above `max_rows`, and `dense` stays the model's own weight (no float32 copy; it is
+        only read for its shape and by `dense_mm`'s tests). Otherwise the dense packing holds
+        the rounded weights in the model's dtype.
+        """
+        matrix = Q8Matrix(*int8_rows(weight))
+        if large:
+            fp16 = Fp16Matrix(matrix.dequantize())
+            return cls(weight, bias, ("q8", matrix), max_rows, large=fp16)
+        return cls(matrix.dequantize().to(weight.dtype), bias, ("q8", matrix), max_rows)
 
     @classmethod
     def from_fp16(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> Projection:
@@ -123,7 +142,9 @@ class Projection:
         return cls(weight, bias, ("fp16", Fp16Matrix(weight)), sys.maxsize)
 
     def dense_mm(self, x: torch.Tensor) -> torch.Tensor:
-        """The dense kernel (oneDNN/MKL GEMM), whatever the row count."""
+        """The kernel above `max_rows` (`large`, or the oneDNN/MKL GEMM), whatever the rows."""
+        if self.large is not None:
+            return small_kernel(x, "fp16", self.large, self.bias)
         return F.linear(x, self.dense, self.bias)
 
     def small_mm(self, x: torch.Tensor) -> torch.Tensor:
@@ -153,16 +174,16 @@ def kernel_dtype(compute: torch.dtype) -> torch.dtype:
 def small_kernel(
     x: torch.Tensor,
     kind: str,
-    packing: tuple[torch.Tensor, torch.Tensor] | Fp16Matrix,
+    packing: tuple[torch.Tensor, torch.Tensor] | Fp16Matrix | Q8Matrix,
     bias: torch.Tensor | None,
 ) -> torch.Tensor:
-    """torch's int4 (group 32) or int8 (per row) weight-only matmul, or fbgemm's fp16 GEMM,
-    plus the bias.
+    """torch's int4 (group 32) or int8 (per row) weight-only matmul, fbgemm's fp16 GEMM or
+    the q8 kernel, plus the bias.
 
     The int4/int8 rows go in the packing's dtype (its scales'), the result comes back in
-    theirs; fp16 takes and gives float32.
+    theirs; fp16 takes and gives float32, q8 float32 or bfloat16.
     """
-    if kind == "fp16":
+    if kind in ("fp16", "q8"):
         y = packing(x)
         return y if bias is None else y + bias
     weight, scales = packing

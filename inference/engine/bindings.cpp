@@ -1,11 +1,17 @@
-// The C++ attention kernels as one Python module (native_attention.py builds and loads it).
+// The C++ kernels as one Python module (native_build.py builds and loads it): attention
+// (decode rows, prompt chunks) and the int8 weight kernel.
 
 #include "attention_kernels.h"
+#include "linear_kernels.h"
 #include "vector_rows.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &tandem::decode_attention, py::call_guard<py::gil_scoped_release>());
   m.def("chunk_attention", &tandem::chunk_attention, py::call_guard<py::gil_scoped_release>());
+  m.def("q8_linear", &tandem::q8_linear, py::call_guard<py::gil_scoped_release>());
+  m.def("q8_register", &tandem::q8_register);
+  m.def("q8_release", &tandem::q8_release);
+  m.attr("q8_instructions") = tandem::q8_instructions();
   m.attr("vector_width") = tandem::fVec::size();
   m.attr("max_groups") = tandem::kMaxGroups;
   m.attr("max_vectors") = tandem::kMaxVecs;

@@ -1,0 +1,22 @@
+// The weight kernels' entry points, bound to Python in bindings.cpp.
+
+#pragma once
+
+#include <torch/extension.h>
+
+namespace tandem {
+
+// x [rows, in] float32 or bfloat16, contiguous, in a multiple of 32; weight int8 [out, in]
+// contiguous; scales float32 [out]. Returns [rows, out] in x's dtype (q8_linear.cpp).
+torch::Tensor q8_linear(const torch::Tensor& x, const torch::Tensor& weight,
+                        const torch::Tensor& scales);
+
+// The matrices `tandem::q8_linear(x, handle, out_features)` multiplies by, the op the compiled
+// step calls (registered in q8_linear.cpp, so no call takes the GIL).
+void q8_register(int64_t handle, const torch::Tensor& weight, const torch::Tensor& scales);
+void q8_release(int64_t handle);
+
+// The instructions q8_linear was built for: avx512_vnni, avx512bw, avx2 or scalar.
+const char* q8_instructions();
+
+}  // namespace tandem

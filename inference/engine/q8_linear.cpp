@@ -1,0 +1,238 @@
+// y = x Wᵀ with int8 weights and int8 activations, llama.cpp's scheme (Q8_0 activations):
+// each row of x is rounded to int8 per block of 32 with a float scale, each weight row is int8
+// with one float scale, and a block's products are summed in int32 (`vpdpbusd` on AVX-512
+// VNNI, `vpmaddubsw` + `vpmaddwd` on AVX2 and AVX-512BW), then scaled and summed in float
+// (inference/engine/weights/q8.py says why it exists and when the runner takes it).
+//
+// A (row, output) sum runs in one order whatever the rows beside it, so a request's result is
+// the same alone and in a batch, one row included.
+
+#include <torch/extension.h>
+#include <torch/library.h>
+#include <ATen/Parallel.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "linear_kernels.h"
+
+namespace tandem {
+namespace {
+
+constexpr int64_t kBlock = 32;
+// Output rows a task computes together: each activation block is loaded (and its signs taken)
+// once for them, and their weights stay in L1 for the next row of x.
+constexpr int64_t kTile = 4;
+#ifndef AHEAD
+#define AHEAD 8
+#endif
+constexpr int64_t kAhead = AHEAD;
+
+inline float to_float(float v) { return v; }
+inline float to_float(at::BFloat16 v) { return static_cast<float>(v); }
+
+// One row of K values to int8 per block of 32: q = round(x / d), d = max |x| / 127.
+template <typename T>
+void quantize_row(const T* x, int64_t k, int8_t* q, float* scales) {
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const T* block = x + b * kBlock;
+    float amax = 0.f;
+    for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(to_float(block[i])));
+    const float d = amax / 127.f;
+    const float inverse = d > 0.f ? 1.f / d : 0.f;
+    for (int64_t i = 0; i < kBlock; ++i) {
+      q[b * kBlock + i] = static_cast<int8_t>(std::nearbyint(to_float(block[i]) * inverse));
+    }
+    scales[b] = d;
+  }
+}
+
+#if defined(__AVX512BW__)
+// Two blocks (64 bytes) of x against two of w: 16 int32 lanes, the first 8 block b's.
+inline __m512i block_pair(__m512i x_abs, __mmask64 x_negative, __m512i w) {
+  const __m512i w_signed = _mm512_mask_sub_epi8(w, x_negative, _mm512_setzero_si512(), w);
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), x_abs, w_signed);
+#else
+  const __m512i pairs = _mm512_maddubs_epi16(x_abs, w_signed);
+  return _mm512_madd_epi16(pairs, _mm512_set1_epi16(1));
+#endif
+}
+
+template <int64_t Rows>
+void dot_tile(const int8_t* qx, const float* sx, const int8_t* w, int64_t k, float* out) {
+  __m512 acc[Rows];
+  for (int64_t r = 0; r < Rows; ++r) acc[r] = _mm512_setzero_ps();
+  const int64_t blocks = k / kBlock;
+  for (int64_t b = 0; b < blocks; b += 2) {
+    const bool pair = b + 1 < blocks;
+    const __mmask64 bytes = pair ? ~__mmask64{0} : __mmask64{0xFFFFFFFF};
+    const __m512i x = _mm512_maskz_loadu_epi8(bytes, qx + b * kBlock);
+    const __m512i x_abs = _mm512_abs_epi8(x);
+    const __mmask64 x_negative = _mm512_movepi8_mask(x);
+    const __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(sx[b]),
+                                            _mm256_set1_ps(pair ? sx[b + 1] : 0.f), 1);
+    for (int64_t r = 0; r < Rows; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + (r + kAhead) * k + b * kBlock), _MM_HINT_T0);
+      const __m512i wv = _mm512_maskz_loadu_epi8(bytes, w + r * k + b * kBlock);
+      const __m512i sums = block_pair(x_abs, x_negative, wv);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc[r]);
+    }
+  }
+  for (int64_t r = 0; r < Rows; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+#elif defined(__AVX2__)
+inline float sum_lanes(__m256 v) {
+  __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  half = _mm_add_ss(half, _mm_movehdup_ps(half));
+  return _mm_cvtss_f32(half);
+}
+
+template <int64_t Rows>
+void dot_tile(const int8_t* qx, const float* sx, const int8_t* w, int64_t k, float* out) {
+  __m256 acc[Rows];
+  for (int64_t r = 0; r < Rows; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + b * kBlock));
+    const __m256i x_abs = _mm256_sign_epi8(x, x);
+    const __m256 scale = _mm256_set1_ps(sx[b]);
+    for (int64_t r = 0; r < Rows; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + (r + kAhead) * k + b * kBlock), _MM_HINT_T0);
+      const __m256i wv =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * k + b * kBlock));
+      const __m256i pairs = _mm256_maddubs_epi16(x_abs, _mm256_sign_epi8(wv, x));
+      const __m256i sums = _mm256_madd_epi16(pairs, ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc[r]);
+    }
+  }
+  for (int64_t r = 0; r < Rows; ++r) out[r] = sum_lanes(acc[r]);
+}
+#else
+template <int64_t Rows>
+void dot_tile(const int8_t* qx, const float* sx, const int8_t* w, int64_t k, float* out) {
+  for (int64_t r = 0; r < Rows; ++r) {
+    float total = 0.f;
+    for (int64_t b = 0; b < k / kBlock; ++b) {
+      int32_t sum = 0;
+      for (int64_t i = 0; i < kBlock; ++i) {
+        sum += int32_t{qx[b * kBlock + i]} * int32_t{w[r * k + b * kBlock + i]};
+      }
+      total += static_cast<float>(sum) * sx[b];
+    }
+    out[r] = total;
+  }
+}
+#endif
+
+template <typename T>
+torch::Tensor q8_linear_typed(const torch::Tensor& x, const torch::Tensor& weight,
+                              const torch::Tensor& scales) {
+  const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
+  const int64_t blocks = k / kBlock;
+  std::vector<int8_t> qx(m * k);
+  std::vector<float> sx(m * blocks);
+  const T* xs = x.data_ptr<T>();
+  for (int64_t row = 0; row < m; ++row) {
+    quantize_row(xs + row * k, k, qx.data() + row * k, sx.data() + row * blocks);
+  }
+  auto y = torch::empty({m, n}, x.options());
+  T* ys = y.data_ptr<T>();
+  const int8_t* w = weight.data_ptr<int8_t>();
+  const float* ws = scales.data_ptr<float>();
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  at::parallel_for(0, tiles, 8, [&](int64_t begin, int64_t end) {
+    float dots[kTile];
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const int64_t first = tile * kTile;
+      const int64_t rows = std::min(kTile, n - first);
+      for (int64_t row = 0; row < m; ++row) {
+        const int8_t* q = qx.data() + row * k;
+        const float* s = sx.data() + row * blocks;
+        if (rows == kTile) {
+          dot_tile<kTile>(q, s, w + first * k, k, dots);
+        } else {
+          for (int64_t r = 0; r < rows; ++r) dot_tile<1>(q, s, w + (first + r) * k, k, dots + r);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          ys[row * n + first + r] = static_cast<T>(dots[r] * ws[first + r]);
+        }
+      }
+    }
+  });
+  return y;
+}
+
+// handle -> (int8 weight, float32 scales): the matrices the compiled step names by number
+// (weights/handles.py), so a graph's call reaches its kernel without Python or the GIL.
+std::mutex matrices_lock;
+std::unordered_map<int64_t, std::pair<torch::Tensor, torch::Tensor>>& matrices() {
+  static std::unordered_map<int64_t, std::pair<torch::Tensor, torch::Tensor>> held;
+  return held;
+}
+
+torch::Tensor q8_linear_by_handle(const torch::Tensor& x, int64_t handle, int64_t out_features) {
+  std::pair<torch::Tensor, torch::Tensor> matrix;
+  {
+    std::lock_guard<std::mutex> guard(matrices_lock);
+    auto found = matrices().find(handle);
+    TORCH_CHECK(found != matrices().end(), "q8_linear: no matrix is registered as ", handle);
+    matrix = found->second;
+  }
+  TORCH_CHECK(matrix.first.size(0) == out_features, "q8_linear: matrix ", handle, " has ",
+              matrix.first.size(0), " rows, not ", out_features);
+  return q8_linear(x.contiguous(), matrix.first, matrix.second);
+}
+
+}  // namespace
+
+void q8_register(int64_t handle, const torch::Tensor& weight, const torch::Tensor& scales) {
+  std::lock_guard<std::mutex> guard(matrices_lock);
+  matrices()[handle] = {weight, scales};
+}
+
+void q8_release(int64_t handle) {
+  std::lock_guard<std::mutex> guard(matrices_lock);
+  matrices().erase(handle);
+}
+
+torch::Tensor q8_linear(const torch::Tensor& x, const torch::Tensor& weight,
+                        const torch::Tensor& scales) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "q8_linear: x must be a contiguous [rows, in]");
+  TORCH_CHECK(weight.scalar_type() == torch::kChar && weight.is_contiguous() &&
+                  weight.dim() == 2 && weight.size(1) == x.size(1),
+              "q8_linear: weight must be a contiguous int8 [out, in]");
+  TORCH_CHECK(scales.scalar_type() == torch::kFloat && scales.numel() == weight.size(0),
+              "q8_linear: scales must be float32 [out]");
+  TORCH_CHECK(x.size(1) % kBlock == 0, "q8_linear: in_features must be a multiple of 32");
+  if (x.scalar_type() == torch::kFloat) return q8_linear_typed<float>(x, weight, scales);
+  TORCH_CHECK(x.scalar_type() == torch::kBFloat16, "q8_linear: x must be float32 or bfloat16");
+  return q8_linear_typed<at::BFloat16>(x, weight, scales);
+}
+
+const char* q8_instructions() {
+#if defined(__AVX512VNNI__)
+  return "avx512_vnni";
+#elif defined(__AVX512BW__)
+  return "avx512bw";
+#elif defined(__AVX2__)
+  return "avx2";
+#else
+  return "scalar";
+#endif
+}
+
+}  // namespace tandem
+
+TORCH_LIBRARY_FRAGMENT(tandem, m) {
+  m.def("q8_linear(Tensor x, int handle, int out_features) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(tandem, CPU, m) { m.impl("q8_linear", &tandem::q8_linear_by_handle); }
