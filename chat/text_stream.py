@@ -146,8 +146,9 @@ class TextStreamWriter:
         return on_event
 
     def ensure_running(self) -> None:
+        """Start the writer's thread, or start it again if a fault ended it."""
         with self._lock:
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="text-writer", daemon=True)
                 self._thread.start()
 
@@ -160,7 +161,7 @@ class TextStreamWriter:
             events = self._take(timeout)
             idle = not events and timeout == IDLE_CLOSE
             if idle:
-                close_old_connections()
+                reset_connection()
             self._take_saves()
             with self._handling:
                 for live, event, emitted, context in events:
@@ -392,12 +393,17 @@ class TextStreamWriter:
 
 
 def reset_connection() -> None:
-    """After a database error: drop this thread's connection (the next save opens a new one).
+    """After a database error, or when idle: drop this thread's connection if it is broken or
+    past CONN_MAX_AGE (the next save opens a new one). Never raises: an exception here once
+    ended the writer's thread, and with it every reply's text in the process.
 
     Otherwise the writer and the saver keep theirs while they have work, and let them go (as
     CONN_MAX_AGE says) only when they wait with nothing to do: closing it after every event
     (CONN_MAX_AGE 0) cost a connect, and SQLite's pragmas, per save."""
-    close_old_connections()
+    try:
+        close_old_connections()
+    except Exception as exc:  # the database's fault is handled where a save needs it
+        log.warning("could not let the text writer's database connection go: %s", exc)
 
 
 Outcome = tuple[LivePart, dict, Exception | str | None]  # the part, its saved fields, the error
@@ -427,7 +433,7 @@ class Saver:
             if self._batch is not None:
                 return False
             self._batch = changes
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="text-saver", daemon=True)
                 self._thread.start()
             self._ready.notify()
@@ -438,7 +444,7 @@ class Saver:
             with self._ready:
                 while self._batch is None:
                     if not self._ready.wait(IDLE_CLOSE):
-                        close_old_connections()  # idle: let the connection go
+                        reset_connection()  # idle: let the connection go
                 changes = self._batch
             try:
                 self.outcomes.put(save_batch(changes))

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -132,6 +133,13 @@ def private_postgres() -> Iterator[PostgresCluster]:
         connections["default"].close()
         connections["default"] = original
         cluster.remove()
+
+
+def outage_env(redis: RedisServer, tmp_path: Path) -> dict[str, str]:
+    """The servers' environment in a PostgreSQL outage scenario (their DATABASE_URL is the
+    private cluster's: see `private_postgres`)."""
+    media = str(tmp_path / "media")
+    return {"REDIS_URL": redis.url, "MEDIA_ROOT": media, "TANDEM_SWEEP_INTERVAL": "1"}
 
 
 def unfinished(part_ids: list[int]) -> list[int]:

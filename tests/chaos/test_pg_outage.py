@@ -46,11 +46,7 @@ UNAVAILABLE = "The database is unavailable"
 def test_postgres_stopped_30_s_while_replies_stream(
     service_logs, private_postgres, private_redis, page, tmp_path
 ):
-    env = {  # the servers' DATABASE_URL is the cluster's: see the private_postgres fixture
-        "REDIS_URL": private_redis.url,
-        "MEDIA_ROOT": str(tmp_path / "media"),
-        "TANDEM_SWEEP_INTERVAL": "1",
-    }
+    env = chaos.outage_env(private_redis, tmp_path)
     # Greedy: the short reply's length (about 25 tokens) does not vary from run to run.
     tokens = {"TANDEM_CHAT_MAX_NEW_TOKENS": MAX_NEW_TOKENS, "TANDEM_CHAT_TEMPERATURE": "0"}
     server = start_daphne("daphne-pg-outage", service_logs, **tokens, **env, **chaos.SERVER_ENV)

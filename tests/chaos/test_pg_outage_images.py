@@ -64,11 +64,7 @@ def open_socket(url: str, headers: dict[str, str]) -> tuple[str, int | None, flo
 def test_postgres_stopped_30_s_while_images_render(
     service_logs, private_postgres, private_redis, page, tmp_path
 ):
-    env = {  # the servers' DATABASE_URL is the cluster's: see the private_postgres fixture
-        "REDIS_URL": private_redis.url,
-        "MEDIA_ROOT": str(tmp_path / "media"),
-        "TANDEM_SWEEP_INTERVAL": "1",
-    }
+    env = chaos.outage_env(private_redis, tmp_path)
     tokens = {"TANDEM_CHAT_MAX_NEW_TOKENS": "48", "TANDEM_CHAT_TEMPERATURE": "0"}
     server = start_daphne("daphne-pg-images", service_logs, **tokens, **env, **chaos.SERVER_ENV)
     worker = start_worker(

@@ -9,7 +9,7 @@ one part's saves failing while the others' go through (it catches up once they w
 from __future__ import annotations
 
 import pytest
-from django.db import DatabaseError
+from django.db import DatabaseError, OperationalError
 
 from chat import live_text, text_stream
 from chat.models import Conversation, Message, Part
@@ -193,3 +193,26 @@ def test_a_batch_split_by_the_parameter_limit_saves_each_part_its_own_fields(ali
     for n, part in enumerate(parts):
         assert (saved[part.pk].text, saved[part.pk].seq) == (f"text {n}", n + 1)
         assert saved[part.pk].first_token_at == (first if n == 0 else None)
+
+
+def test_the_writer_outlives_a_failure_to_let_its_connection_go(alice, monkeypatch, caplog):
+    """Going idle, the writer and its saver let their connections go; when that raised (a
+    database gone away; a test without database access) it once ended the writer's thread,
+    and every reply's text in the process with it. The fault is injected: the threads are
+    the process's own."""
+
+    def unreachable() -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(text_stream, "IDLE_CLOSE", 0.05)
+    monkeypatch.setattr(text_stream, "close_old_connections", unreachable)
+    text_stream.writer.ensure_running()
+    wait_until(lambda: "could not let the text writer" in caplog.text, 5, "an idle close to fail")
+    monkeypatch.undo()
+    parts = streaming_parts(alice, 2)
+    feeds = [text_stream.writer.callback(part, conversation) for part, conversation in parts]
+    feed_interleaved(feeds, 0, PIECES)
+    finish_all(feeds)
+    saved = settled(parts)
+    for number, (part, _) in enumerate(parts):
+        assert (saved[part.pk].text, saved[part.pk].seq) == (expected(number), PIECES)

@@ -10,6 +10,7 @@ from transformers import PreTrainedModel
 
 from inference.engine import Engine, EngineEvent, GenerationResult, SamplingParams
 from inference.engine.batch import StepBatch
+from inference.engine.compiled_decode import _Linear
 from inference.engine.kv_cache import KVCache, KVSpec
 from inference.provisioning.loading import LoadedModel
 from inference.provisioning.prompting import chat_prompt_ids
@@ -155,3 +156,17 @@ def canonical_answer(loaded: LoadedModel, runner: object) -> str:
     finally:
         engine.shutdown()
     return result[0].text
+
+
+def compiled_matches_eager(model: PreTrainedModel, tokenizer, runner, make_engine) -> list:
+    """Greedy tokens of an eager engine, then of the same runner compiled at buckets 1 and 2,
+    asserted equal; returns the compiled graphs' linears."""
+    request = [(None, [5, 600, 7000], SamplingParams(max_new_tokens=10))]
+    eager = make_engine(model, tokenizer, runner=runner, max_running=2)
+    expected = eager.generate_batch(request, WAIT)[0].token_ids
+    eager.shutdown()
+    runner.compile_decode((1, 2)).join()
+    assert runner.compile_state == "ready", runner.compile_state
+    engine = make_engine(model, tokenizer, runner=runner, max_running=2)
+    assert engine.generate_batch(request, WAIT)[0].token_ids == expected
+    return [m for m in runner.stack.modules() if isinstance(m, _Linear)]

@@ -18,7 +18,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.weights_quality import TEXT, perplexity
 from inference.engine import SamplingParams, native_build
-from inference.engine.compiled_decode import _Linear
 from inference.engine.weights import choice, q8
 from inference.engine.weights.choice import build_runner
 from inference.engine.weights.projection import Projection
@@ -27,6 +26,7 @@ from tests.engine.helpers import (
     WAIT,
     alone_and_together,
     canonical_answer,
+    compiled_matches_eager,
     hf_greedy,
     sharpen,
     tiny_config,
@@ -232,16 +232,8 @@ def test_q8_compiles_through_its_opaque_op(tokenizer, make_engine) -> None:
     equals the eager run's."""
     model = tiny(seed=8)
     runner = build_runner(model, "q8", None, max_rows=1)
-    request = [(None, [5, 600, 7000], SamplingParams(max_new_tokens=10))]
-    eager = make_engine(model, tokenizer, runner=runner, max_running=2)
-    expected = eager.generate_batch(request, WAIT)[0].token_ids
-    eager.shutdown()
-    runner.compile_decode((1, 2)).join()
-    assert runner.compile_state == "ready", runner.compile_state
-    linears = [m for m in runner.stack.modules() if isinstance(m, _Linear)]
+    linears = compiled_matches_eager(model, tokenizer, runner, make_engine)
     assert {m.kind for m in linears} == {"q8"} and all(m.large is not None for m in linears)
-    engine = make_engine(model, tokenizer, runner=runner, max_running=2)
-    assert engine.generate_batch(request, WAIT)[0].token_ids == expected
 
 
 CHILD = """
