@@ -105,6 +105,9 @@ def renderer(chromium):
     for script in SCRIPTS:
         module = script.name == "markdown.js"  # an ES module, as on the page
         page.add_script_tag(path=str(script), type="module" if module else None)
+    # A module runs when the page gets to it, not when its tag is added: on a loaded machine
+    # the first case once ran before it had.
+    page.wait_for_function("() => window.TandemMarkdown !== undefined", timeout=30_000)
     yield page, dialogs
     context.close()
 
