@@ -78,10 +78,13 @@ class Sampler(threading.Thread):
 
 def growth(samples: list[dict], warmup: float, window: float) -> dict[str, dict]:
     """Per series: the median of the first window after warm-up, of the last window, and the
-    growth between them (a fraction; None when the baseline is 0)."""
+    growth between them, in all and per hour between the windows' middles (fractions; None
+    when the baseline is 0)."""
     end = samples[-1]["t"]
     first = [s for s in samples if warmup <= s["t"] < warmup + window]
     last = [s for s in samples if s["t"] > end - window]
+    hours = statistics.median(s["t"] for s in last) - statistics.median(s["t"] for s in first)
+    hours /= 3600
     series = [key for key in samples[0] if key not in ("t", "load_average_1m")]
     figures = {}
     for key in series:
@@ -92,6 +95,7 @@ def growth(samples: list[dict], warmup: float, window: float) -> dict[str, dict]
             "after_warmup": baseline,
             "at_end": final,
             "growth": None if change is None else round(change, 4),
+            "growth_per_hour": None if change is None else round(change / hours, 4),
         }
     return figures
 

@@ -1,0 +1,42 @@
+"""The soak's bars: memory judged by its growth per hour, everything else by its growth in all."""
+
+from collections.abc import Callable
+
+from bench.soak import over_bar
+from bench.soak_sampler import growth
+
+
+def rows(minutes: int, rss: Callable[[int], float], keys: Callable[[int], int]) -> list[dict]:
+    return [
+        {"t": m * 60.0, "rss_mb.daphne": rss(m), "redis_keys": keys(m), "load_average_1m": 1.0}
+        for m in range(minutes + 1)
+    ]
+
+
+def test_growth_is_measured_between_window_medians_and_per_hour():
+    samples = rows(120, rss=lambda m: 1000.0 + m / 6, keys=lambda m: 50)
+    grown = growth(samples, warmup=600.0, window=60.0)
+    rss = grown["rss_mb.daphne"]
+    assert rss["after_warmup"] == 1000.0 + 10 / 6
+    assert rss["at_end"] == 1000.0 + 120 / 6
+    hours = (120 - 10) / 60  # one sample per window: minutes 10 and 120
+    assert abs(rss["growth_per_hour"] - rss["growth"] / hours) < 1e-3
+    assert grown["redis_keys"]["growth"] == 0.0
+    assert "load_average_1m" not in grown
+
+
+def test_a_slow_steady_leak_fails_the_memory_bar_that_a_flat_series_passes():
+    leak = growth(
+        rows(120, rss=lambda m: 1000.0 * (1 + 0.025 * m / 60), keys=lambda m: 50), 600.0, 60.0
+    )
+    flat = growth(rows(120, rss=lambda m: 1000.0 + (m % 3), keys=lambda m: 50 + m % 2), 600.0, 60.0)
+    assert leak["rss_mb.daphne"]["growth"] < 0.05  # under the old bar in all...
+    assert over_bar("rss_mb.daphne", leak["rss_mb.daphne"])  # ...but 2.5% an hour
+    assert not over_bar("rss_mb.daphne", flat["rss_mb.daphne"])
+    assert not over_bar("redis_keys", flat["redis_keys"])
+
+
+def test_other_series_are_judged_by_their_growth_in_all():
+    grown = growth(rows(120, rss=lambda m: 1000.0, keys=lambda m: 50 + m // 10), 600.0, 60.0)
+    assert over_bar("redis_keys", grown["redis_keys"])
+    assert not over_bar("rss_mb.daphne", grown["rss_mb.daphne"])
