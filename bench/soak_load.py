@@ -78,7 +78,7 @@ class ChatUser(threading.Thread):
         super().__init__(name=f"soak-{viewer.username}", daemon=True)
         self.port, self.viewer, self.tally, self.stop = port, viewer, tally, stop
         self.rng = random.Random(seed)
-        self.conversation_id = viewer.conversation_id
+        self.conversation_id: int | None = viewer.conversation_id
         self.turns = 0
         self.streamed: list[StreamedText] = []
         self.headers = {"Cookie": viewer.cookie, "X-CSRFToken": viewer.csrf}
@@ -97,26 +97,27 @@ class ChatUser(threading.Thread):
         self.tally.status(route, status)
         return status, headers, raw
 
-    def new_conversation(self) -> None:
-        """Every few turns a fresh conversation, so prompts stay short as a user's would."""
-        status, headers, _ = self.post("new conversation", "/c/new")
-        if status == 302:
-            self.conversation_id = int(headers["Location"].rstrip("/").rsplit("/", 1)[1])
-
     def turn(self) -> None:
-        if self.turns and self.turns % 4 == 0:
-            self.new_conversation()
+        """A turn; every fourth starts a fresh conversation (its first message creates it, as
+        on the page's New chat), so prompts stay short as a user's would."""
+        new = self.turns > 0 and self.turns % 4 == 0
         self.turns += 1
         image = self.rng.random() < 0.5
         text = f"Write two sentences about {self.rng.choice(TOPICS)}."
         body = {"text": text, "image": image}
-        status, headers, raw = self.post("turn", f"/c/{self.conversation_id}/turns", body)
+        path = "/c/new/turns" if new else f"/c/{self.conversation_id}/turns"
+        status, headers, raw = self.post("turn", path, body)
         if status == 429:
             self.stop.wait(float(headers.get("Retry-After", "1")))
+            self.turns -= 1  # refused: the same turn (a new conversation too) comes again
             return
         if status != 201:
             return
-        reply = json.loads(raw)["reply"]
+        answer = json.loads(raw)
+        if new:
+            self.conversation_id = answer["conversation"]["id"]
+            self.tally.event("new conversations")
+        reply = answer["reply"]
         parts = {part["kind"]: part for part in reply["parts"]}
         if self.rng.random() < 0.15:
             delay = self.rng.uniform(0.5, 2.0)
