@@ -54,6 +54,23 @@ STORAGE_PROBLEMS = {
 }
 
 
+def bare(error: Exception) -> Exception:
+    """`error` (and the errors it came from) without tracebacks, to be kept for a retry.
+
+    Celery's retry ends in a reference cycle (its exception, its traceback, the tracing
+    frame), which only a full garbage collection frees, and a busy worker runs one rarely (793
+    retries were waiting in the soak's pool process). Kept with its traceback, the error held
+    the render's frames, and so the half-drawn picture, in that cycle too.
+    """
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return error
+
+
 @dataclass(frozen=True)
 class Retry:
     """The task should be sent again after `countdown` seconds because of `error`;
@@ -133,7 +150,7 @@ def render(
             DATABASE_RETRY_INTERVAL,
             exc,
         )
-        return Retry(DATABASE_RETRY_INTERVAL, exc, database_waits + 1)
+        return Retry(DATABASE_RETRY_INTERVAL, bare(exc), database_waits + 1)
     return None if retry is None else replace(retry, database_waits=database_waits)
 
 
@@ -198,7 +215,7 @@ def render_once(
             fail(part_id, f"Failed after {tries} {'try' if tries == 1 else 'tries'}: {exc}")
         else:
             metrics.image_retried("transient")
-            return Retry(countdown=backoff(retries), error=exc)
+            return Retry(countdown=backoff(retries), error=bare(exc))
     except (PermanentImageError, StorageFailed) as exc:
         fail(part_id, f"Failed: {exc}")
     except Exception as exc:  # a backend bug must still end the part, not leave it running

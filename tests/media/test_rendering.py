@@ -7,7 +7,9 @@ runs the same service inside real worker processes.
 from __future__ import annotations
 
 import errno
+import gc
 import uuid
+import weakref
 
 import pytest
 from django.core.files.storage import FileSystemStorage
@@ -16,7 +18,7 @@ from django.utils import timezone
 
 from chat.models import Part
 from media import rendering
-from media.backends.base import prompt_seed
+from media.backends.base import TransientImageError, prompt_seed
 from media.backends.procedural import ProceduralBackend
 from media.services import image_cancel
 from tests.media.conftest import PROMPT, make_turn, stored_images
@@ -119,6 +121,35 @@ def test_transient_errors_retry_with_backoff_until_the_limit(media_root, setting
     assert part.state == Part.State.FAILED
     assert part.error == "Failed after 3 tries: injected failure (TANDEM_IMAGE_FAILURE_RATE=1)"
     assert stored_images(media_root, part) == []
+
+
+def test_a_retry_keeps_the_error_but_not_the_half_drawn_picture(media_root, monkeypatch):
+    """Celery keeps the retry's error in a reference cycle until a full garbage collection;
+    the error must not keep the render's frames, and their picture, alive meanwhile."""
+    turn = make_turn()
+    pictures: list[weakref.ref] = []
+
+    class Picture:
+        """Stands for the canvas a backend holds while it draws."""
+
+    class FailsHalfway:
+        def render(self, prompt, *, seed, on_progress):
+            picture = Picture()
+            pictures.append(weakref.ref(picture))
+            try:
+                raise OSError("the model server closed the connection")
+            except OSError as cause:
+                raise TransientImageError("the backend is unreachable") from cause
+
+    monkeypatch.setattr(rendering, "configured_backend", FailsHalfway)
+    gc.disable()  # only reference counting frees it, as between a busy worker's collections
+    try:
+        retry = render(turn.image)
+        assert str(retry.error) == "the backend is unreachable"
+        assert str(retry.error.__cause__) == "the model server closed the connection"
+        assert pictures[0]() is None
+    finally:
+        gc.enable()
 
 
 def test_a_permanent_error_fails_at_once_with_its_reason(media_root, settings, tmp_path):
