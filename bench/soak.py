@@ -12,7 +12,8 @@ each process's RSS and open files, PostgreSQL's connections to the soak's databa
 memory and keys (bench/soak_sampler.py).
 
 When the time is up the load stops, every part is given time to end, and the run passes when:
-from the first window after warm-up to the last, each process's RSS grew under 2% per hour and
+from the first window after warm-up to the last (each a tenth of the time measured, a
+minute at least), each process's RSS grew under 2% per hour and
 every other series under 5% in all, no part is left unfinished, no response was a 5xx, and
 the text every reader put together from the deltas equals the text saved in the database.
 Writes var/soak/<timestamp>.json and .png and exits 1 on a failed bar. docs/reliability.md
@@ -149,6 +150,14 @@ def run_load(port: int, viewers, args, sampler: Sampler) -> tuple[Tally, list[Ch
     return tally, users
 
 
+def comparison_window(measured: float, interval: float) -> float:
+    """Seconds of samples whose median stands for the start (and for the end) of the
+    measured span: a tenth of it, a minute at least, so that a series that swings (the
+    connections in use, Redis's keys of live streams) is judged by its level, not by where
+    one minute of it happened to sit."""
+    return max(60.0, 3 * interval, measured / 10)
+
+
 def over_bar(key: str, grown: dict) -> bool:
     """RSS by its growth per hour, every other series by its growth over the run."""
     if key.startswith("rss_mb."):
@@ -244,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"soak: load for {args.minutes:g} min, warm-up {warmup / 60:g} min")
                 tally, users = run_load(port, viewers, args, sampler)
                 sampler.join(30)
-                window = max(60.0, 3 * args.interval)
+                window = comparison_window(args.minutes * 60 - warmup, args.interval)
                 if args.minutes * 60 < warmup + 2 * window:  # the two windows would overlap
                     print("soak: too short to measure growth after warm-up; not checked")
                     grown = {}

@@ -1,8 +1,9 @@
 """The soak's bars: memory judged by its growth per hour, everything else by its growth in all."""
 
+import math
 from collections.abc import Callable
 
-from bench.soak import over_bar
+from bench.soak import comparison_window, over_bar
 from bench.soak_sampler import growth
 
 
@@ -40,3 +41,25 @@ def test_other_series_are_judged_by_their_growth_in_all():
     grown = growth(rows(120, rss=lambda m: 1000.0, keys=lambda m: 50 + m // 10), 600.0, 60.0)
     assert over_bar("redis_keys", grown["redis_keys"])
     assert not over_bar("rss_mb.daphne", grown["rss_mb.daphne"])
+
+
+def test_a_swinging_series_is_judged_by_its_level_and_a_rising_one_still_fails():
+    """Redis keys of live streams swing 175-205 over a quarter hour: a minute at a trough against a
+    minute at a peak read +13%; medians over a tenth of the run see the level."""
+    samples = [
+        {
+            "t": t,
+            "redis_keys": round(190 + 15 * math.sin(2 * math.pi * t / 840)),
+            "rising_keys": 190 + t / 600,
+        }
+        for t in range(0, 7201, 10)
+    ]
+    warmup = 600.0
+    minute = growth(samples, warmup, 60.0)
+    assert over_bar("redis_keys", minute["redis_keys"])  # +6.6%: a trough against a rise
+    window = comparison_window(7200 - warmup, 10.0)
+    assert window == 660.0
+    grown = growth(samples, warmup, window)
+    assert not over_bar("redis_keys", grown["redis_keys"])
+    assert over_bar("rising_keys", grown["rising_keys"])  # +12 keys an hour: a leak
+    assert comparison_window(300.0, 10.0) == 60.0  # short runs keep a minute
