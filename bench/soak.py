@@ -248,7 +248,14 @@ def main(argv: list[str] | None = None) -> int:
                 pids = {name: service.pid for name, service in services.items()}
                 pids["redis"] = redis_server.service.pid
                 counter = connection_counter(args.postgres, database)
-                sampler = Sampler(pids, redis_url, counter, threading.Event(), args.interval)
+                sampler = Sampler(
+                    pids,
+                    redis_url,
+                    counter,
+                    threading.Event(),
+                    args.interval,
+                    metrics_url=f"http://127.0.0.1:{port}/metrics",
+                )
                 sampler.start()
                 print(f"soak: load for {args.minutes:g} min, warm-up {warmup / 60:g} min")
                 tally, users = run_load(port, viewers, args, sampler)

@@ -8,11 +8,11 @@ import json
 import logging
 
 import redis
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 
 from chat import direct, fanout
 from chat.events import encode
+from chat.kept_connections import readers
 from chat.models import Conversation
 from chat.resume import Resume, live, send_now
 from chat.snapshot import conversation_snapshot
@@ -21,6 +21,7 @@ from chat.socket_auth import DATABASE_UNAVAILABLE, UNAVAILABLE_ERRORS, refused
 RESUME = 4000  # the browser reconnects and starts over from a snapshot
 UNAUTHENTICATED = 4401
 NOT_FOUND = 4404
+LIVE_EVENTS_UNAVAILABLE = 1011  # Redis did not answer: the page reconnects later
 log = logging.getLogger(__name__)
 
 
@@ -45,9 +46,12 @@ class EchoConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"echo": event["payload"], "via": "channel_layer"})
 
 
-@database_sync_to_async
-def owned(user, conversation_id: int) -> bool:
-    return Conversation.objects.filter(pk=conversation_id, owner=user).exists()
+def owned_snapshot(user, conversation_id: int) -> list[dict] | None:
+    """The snapshot of the user's conversation, or None when it is not theirs: one trip to
+    the readers' threads for both."""
+    if not Conversation.objects.filter(pk=conversation_id, owner=user).exists():
+        return None
+    return conversation_snapshot(conversation_id)
 
 
 class ConversationConsumer(AsyncWebsocketConsumer):
@@ -63,40 +67,30 @@ class ConversationConsumer(AsyncWebsocketConsumer):
     channel_layer_alias = "live events come from chat.fanout"  # no layer: no channel per socket
 
     async def connect(self) -> None:
-        user = self.scope["user"]
         self.conversation_id = int(self.scope["url_route"]["kwargs"]["conversation_id"])
-        # Accept before closing so the browser sees the close code, not a bare 403.
-        if not user.is_authenticated:
-            await self.accept()
+        # Accepted before anything else is read: under load a slow join or snapshot makes a
+        # later first frame, not a handshake past the server's timeout; and a refusal's close
+        # code reaches the browser (a refused handshake is a bare 403). Nothing is sent before
+        # the conversation is known to be the user's.
+        await self.accept()
+        if not self.scope["user"].is_authenticated:
             await self.close(code=UNAUTHENTICATED)
-            return
-        try:
-            allowed = await owned(user, self.conversation_id)
-        except UNAVAILABLE_ERRORS as exc:
-            refused(self.scope["path"], exc)
-            await self.accept()
-            await self.close(code=DATABASE_UNAVAILABLE)
-            return
-        if not allowed:
-            await self.accept()
-            await self.close(code=NOT_FOUND)
             return
         try:
             self.reader = await fanout.hub().join(self.conversation_id)
         except (redis.RedisError, OSError, TimeoutError) as exc:
             log.warning(
-                "websocket refused: no live events for conversation %s: %s",
+                "websocket closed: no live events for conversation %s: %s",
                 self.conversation_id,
                 exc,
             )
-            await self.close()
+            await self.close(code=LIVE_EVENTS_UNAVAILABLE)
             return
         try:
-            await self.accept()
-            log.info("websocket joined conversation %s", self.conversation_id)
-            messages = await database_sync_to_async(conversation_snapshot)(self.conversation_id)
-            resume = Resume(part for message in messages for part in message["parts"])
-            await self.send_event({"type": "snapshot", "messages": messages})
+            messages = await readers.run(owned_snapshot, self.scope["user"], self.conversation_id)
+            if messages is not None:
+                resume = Resume(part for message in messages for part in message["parts"])
+                await self.send_event({"type": "snapshot", "messages": messages})
         except UNAVAILABLE_ERRORS as exc:
             self.reader.close()
             refused(self.scope["path"], exc)
@@ -105,6 +99,11 @@ class ConversationConsumer(AsyncWebsocketConsumer):
         except BaseException:  # e.g. the client left before its snapshot: leave the hub too
             self.reader.close()
             raise
+        if messages is None:
+            self.reader.close()
+            await self.close(code=NOT_FOUND)
+            return
+        log.info("websocket joined conversation %s", self.conversation_id)
         writer = self.scope.get("extensions", {}).get(direct.EXTENSION)
         if writer is not None:
             self.reader.direct = functools.partial(

@@ -5,17 +5,23 @@ database down that query raised inside Daphne, which logged a traceback and refu
 handshake, so the page could not tell why. Here the socket is accepted and closed at once
 with `DATABASE_UNAVAILABLE`, which the page (`static/js/chat/connection.js`) answers by
 reconnecting later; the consumer does the same when its own reads find the database gone.
+The user is read on the readers' threads, which keep their database connections
+(`chat.kept_connections`), not by Channels' `get_user` on the process's shared thread.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any
 
 from channels.auth import AuthMiddleware
 from channels.sessions import CookieMiddleware, SessionMiddleware
+from django.contrib.auth import get_user
 from django.db import InterfaceError, OperationalError
+
+from chat.kept_connections import readers
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +42,9 @@ def refused(path: str, exc: Exception) -> None:
 class SessionAuthMiddleware(AuthMiddleware):
     """`AuthMiddleware` that closes the socket with 4503 when the user cannot be loaded."""
 
+    async def resolve_scope(self, scope: dict) -> None:
+        scope["user"]._wrapped = await readers.run(session_user, scope["session"])
+
     async def __call__(self, scope: dict, receive: Receive, send: Send) -> Any:
         scope = dict(scope)
         self.populate_scope(scope)
@@ -45,6 +54,12 @@ class SessionAuthMiddleware(AuthMiddleware):
             refused(scope.get("path", ""), exc)
             return await close_unavailable(receive, send)
         return await self.inner(scope, receive, send)
+
+
+def session_user(session: Any) -> Any:
+    """The session's user, checked as Django's request middleware checks it (the session's
+    auth hash; a session that no longer matches is flushed), or AnonymousUser."""
+    return get_user(SimpleNamespace(session=session))
 
 
 async def close_unavailable(receive: Receive, send: Send) -> None:

@@ -8,13 +8,13 @@ the client's EventSource reconnects with its Last-Event-ID.
 An async view that holds no thread while it streams. Django's handler gives each request a
 one-thread executor for its thread-sensitive calls (every MiddlewareMixin middleware makes
 them), kept until the response ends: for a stream, one idle OS thread per reader (measured in
-docs/benchmarks.md). The view does its own database work in the shared executor
-(`thread_sensitive=False`), and the stream lets the request's executor go as it starts, once
-the middleware is done with it. Events come from the process's subscription (`chat.fanout`)
-and are framed once per process; under Daphne the frame of a plain live event is written to
-the stream's connection as it is delivered (`chat.direct`), while everything that needs the
-stream's own task (the opening frames, a mended delta, the message's end, keepalives) goes
-through Django's response as before.
+docs/benchmarks.md). The view does its own database work on the readers' threads, which
+keep their connections (`chat.kept_connections`), and the stream lets the request's executor
+go as it starts, once the middleware is done with it. Events come from the process's
+subscription (`chat.fanout`) and are framed once per process; under Daphne the frame of a
+plain live event is written to the stream's connection as it is delivered (`chat.direct`),
+while everything that needs the stream's own task (the opening frames, a mended delta, the
+message's end, keepalives) goes through Django's response as before.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ import weakref
 from collections.abc import AsyncIterator
 
 import redis
-from asgiref.sync import SyncToAsync, sync_to_async
+from asgiref.sync import SyncToAsync
 from django.contrib.auth import get_user
-from django.db import close_old_connections
 from django.http import Http404, HttpRequest, HttpResponse
 
 from chat import direct, fanout
+from chat.kept_connections import readers
 from chat.models import Message, Part
 from chat.resume import Resume, catch_up, live, send_now
 from chat.snapshot import message_payload
@@ -62,25 +62,12 @@ def delivery_frame(delivery: fanout.Delivery) -> bytes:
     return event_frame(delivery.event)
 
 
-def shared_executor(function):
-    """Run in the loop's shared threads, with the connection hygiene of a request."""
-
-    def run(*args):
-        close_old_connections()
-        try:
-            return function(*args)
-        finally:
-            close_old_connections()
-
-    return sync_to_async(run, thread_sensitive=False)
-
-
 def own_reply(user, message_id: int):
     """The user's assistant message `message_id`, as a query (empty when it is not theirs)."""
     return Message.objects.filter(pk=message_id, conversation__owner=user, role="assistant")
 
 
-@shared_executor
+@readers.make_async
 def reader_of(request: HttpRequest, message_id: int) -> tuple[object, int | None]:
     """The signed-in user and the conversation of their reply `message_id` (None when there is
     no such reply of theirs), in one trip to the executor and without building the message."""
@@ -91,7 +78,7 @@ def reader_of(request: HttpRequest, message_id: int) -> tuple[object, int | None
     return user, conversations.first()
 
 
-@shared_executor
+@readers.make_async
 def load(user, message_id: int) -> dict:
     message = own_reply(user, message_id).prefetch_related("parts").first()
     if message is None:
@@ -169,7 +156,7 @@ async def opening(
     what the client has."""
     for part in payload["parts"]:
         if resume_from is not None:
-            deltas, part = await shared_executor(catch_up)(part, resume_from)
+            deltas, part = await readers.run(catch_up, part, resume_from)
             for delta in deltas:
                 yield event_frame(delta)
             if part["kind"] == Part.Kind.TEXT:

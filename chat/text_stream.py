@@ -41,11 +41,12 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError
 from django.utils import timezone
 from redis import RedisError
 
 from chat import events, live_text
+from chat.kept_connections import IDLE_CLOSE, reset_connection
 from chat.models import Part
 from chat.parts import part_transition, part_update, parts_update
 from config.logging import bind as bind_log_ids
@@ -60,7 +61,6 @@ FLUSH_SIZE = 2048  # characters gathered that go out at once
 RETRY_INTERVAL = 0.5  # seconds between tries of the final saves that failed
 ROUND = 8192  # events applied at most between two flushes
 END_BUDGET = 0.02  # seconds of final saves a round, before the others' pieces go on
-IDLE_CLOSE = 5.0  # seconds with nothing to do before a thread lets its connection go
 
 FINAL_STATE = {
     FinishReason.LENGTH: Part.State.SUCCEEDED,
@@ -390,20 +390,6 @@ class TextStreamWriter:
                 if not self._save_end(live):
                     return
             del self._unsaved_ends[part_id]
-
-
-def reset_connection() -> None:
-    """After a database error, or when idle: drop this thread's connection if it is broken or
-    past CONN_MAX_AGE (the next save opens a new one). Never raises: an exception here once
-    ended the writer's thread, and with it every reply's text in the process.
-
-    Otherwise the writer and the saver keep theirs while they have work, and let them go (as
-    CONN_MAX_AGE says) only when they wait with nothing to do: closing it after every event
-    (CONN_MAX_AGE 0) cost a connect, and SQLite's pragmas, per save."""
-    try:
-        close_old_connections()
-    except Exception as exc:  # the database's fault is handled where a save needs it
-        log.warning("could not let the text writer's database connection go: %s", exc)
 
 
 Outcome = tuple[LivePart, dict, Exception | str | None]  # the part, its saved fields, the error

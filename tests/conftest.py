@@ -41,6 +41,16 @@ class Daphne:
 
 
 @pytest.fixture(scope="session")
+def django_db_setup(django_db_setup) -> Iterator[None]:
+    """pytest-django's test database; before it is dropped, the readers' threads of this
+    process (in-process consumer and SSE tests) let their kept connections go."""
+    from chat.kept_connections import readers
+
+    yield
+    readers.release()
+
+
+@pytest.fixture(scope="session")
 def service_logs(tmp_path_factory) -> Path:
     """One folder for the logs of every process the suite starts."""
     return tmp_path_factory.mktemp("service-logs")

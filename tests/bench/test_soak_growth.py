@@ -4,7 +4,7 @@ import math
 from collections.abc import Callable
 
 from bench.soak import comparison_window, over_bar
-from bench.soak_sampler import growth
+from bench.soak_sampler import Sampler, growth, interval_rates
 
 
 def rows(minutes: int, rss: Callable[[int], float], keys: Callable[[int], int]) -> list[dict]:
@@ -63,3 +63,49 @@ def test_a_swinging_series_is_judged_by_its_level_and_a_rising_one_still_fails()
     assert not over_bar("redis_keys", grown["redis_keys"])
     assert over_bar("rising_keys", grown["rising_keys"])  # +12 keys an hour: a leak
     assert comparison_window(300.0, 10.0) == 60.0  # short runs keep a minute
+
+
+def test_interval_rates_tell_cores_steal_and_the_engine_apart():
+    before = {
+        "cpu_total": 100.0,
+        "steal": 1.0,
+        "cpu_s.daphne": 10.0,
+        "tandem_engine_generated_tokens_total": 1000.0,
+        "tandem_engine_inter_token_latency_seconds_sum": 5.0,
+        "tandem_engine_inter_token_latency_seconds_count": 900.0,
+    }
+    after = {
+        "cpu_total": 120.0,  # two cores for 10 s
+        "steal": 3.0,
+        "cpu_s.daphne": 17.5,
+        "tandem_engine_generated_tokens_total": 1500.0,
+        "tandem_engine_inter_token_latency_seconds_sum": 10.0,
+        "tandem_engine_inter_token_latency_seconds_count": 1400.0,
+    }
+    rates = interval_rates(before, after, 10.0)
+    assert rates == {
+        "cores.daphne": 0.75,
+        "steal_share": 0.1,
+        "engine_tok_s": 50.0,
+        "engine_itl_ms": 10.0,
+    }
+    idle = interval_rates(after, after, 10.0)
+    assert idle["engine_itl_ms"] is None and idle["steal_share"] is None
+
+
+def test_a_sampler_measures_a_real_process_and_its_rates_are_never_judged():
+    import os
+    import threading
+
+    from django.conf import settings
+
+    sampler = Sampler({"bench": os.getpid()}, settings.REDIS_URL, lambda: 3, threading.Event())
+    first = sampler.sample()
+    sum(i * i for i in range(2_000_000))  # some CPU for the second sample to see
+    second = sampler.sample()
+    assert "cores.bench" not in first and second["cores.bench"] > 0
+    assert second["open_files.bench"] > 0 and second["rss_mb.bench"] > 0
+    samples = [dict(second, t=t * 60.0, **{"cores.bench": t}) for t in range(30)]
+    grown = growth(samples, warmup=60.0, window=120.0)
+    assert "rss_mb.bench" in grown
+    assert not [key for key in grown if key.startswith(("cores.", "steal", "engine_"))]

@@ -34,10 +34,7 @@ async def closed_with(communicator: WebsocketCommunicator) -> int:
 async def test_a_user_that_cannot_be_loaded_closes_the_socket_with_4503(
     conversation, monkeypatch, caplog
 ):
-    async def no_user(scope):
-        unavailable()
-
-    monkeypatch.setattr("channels.auth.get_user", no_user)
+    monkeypatch.setattr("chat.socket_auth.get_user", unavailable)
     app = session_auth_stack(URLRouter(websocket_urlpatterns))
     communicator = WebsocketCommunicator(app, f"/ws/conversations/{conversation.pk}/")
     with caplog.at_level(logging.WARNING, logger="chat.socket_auth"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, OperationalError
 
-from chat import live_text, text_stream
+from chat import kept_connections, live_text, text_stream
 from chat.models import Conversation, Message, Part
 from inference.engine import EngineEvent, FinishReason
 from tests.support.media import EventTap
@@ -205,9 +205,13 @@ def test_the_writer_outlives_a_failure_to_let_its_connection_go(alice, monkeypat
         raise OperationalError("server closed the connection unexpectedly")
 
     monkeypatch.setattr(text_stream, "IDLE_CLOSE", 0.05)
-    monkeypatch.setattr(text_stream, "close_old_connections", unreachable)
+    monkeypatch.setattr(kept_connections, "close_old_connections", unreachable)
     text_stream.writer.ensure_running()
-    wait_until(lambda: "could not let the text writer" in caplog.text, 5, "an idle close to fail")
+    wait_until(
+        lambda: "could not let a kept database connection go" in caplog.text,
+        5,
+        "an idle close to fail",
+    )
     monkeypatch.undo()
     parts = streaming_parts(alice, 2)
     feeds = [text_stream.writer.callback(part, conversation) for part, conversation in parts]
