@@ -15,6 +15,7 @@ from media import rendering
 from media.services import image_cancel, image_enqueue, image_redraw, image_retry
 from tests.media.conftest import IMAGES, make_turn, wait_image
 from tests.support.media import EventTap, Worker, start_worker
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,7 +54,9 @@ def test_the_old_picture_stays_until_the_new_one_is_drawn(worker_and_media):
         shown = tap.part_states(turn.image.pk)
     assert done.state == "succeeded" and done.image.name != first
     assert done.previous_image.name == ""
-    assert not (media / first).exists() and (media / done.image.name).exists()
+    # The worker deletes the replaced picture just after the state it saved: wait for it.
+    wait_until(lambda: not (media / first).exists(), 10, "the replaced picture to go")
+    assert (media / done.image.name).exists()
     # While the new one was drawn, every state the page saw still named the old picture.
     drawing = [s for s in shown if s["state"] in ("queued", "running")]
     assert drawing and all(s["previous_image_url"].endswith(first) for s in drawing)
