@@ -48,7 +48,7 @@ class EchoConsumer(AsyncJsonWebsocketConsumer):
 
 def owned_snapshot(user, conversation_id: int) -> list[dict] | None:
     """The snapshot of the user's conversation, or None when it is not theirs: one trip to
-    the readers' threads for both."""
+    the readers' thread for both."""
     if not Conversation.objects.filter(pk=conversation_id, owner=user).exists():
         return None
     return conversation_snapshot(conversation_id)

@@ -5,7 +5,7 @@ database down that query raised inside Daphne, which logged a traceback and refu
 handshake, so the page could not tell why. Here the socket is accepted and closed at once
 with `DATABASE_UNAVAILABLE`, which the page (`static/js/chat/connection.js`) answers by
 reconnecting later; the consumer does the same when its own reads find the database gone.
-The user is read on the readers' threads, which keep their database connections
+The user is read on the readers' thread, which keeps its database connection
 (`chat.kept_connections`), not by Channels' `get_user` on the process's shared thread.
 """
 

@@ -8,8 +8,8 @@ the client's EventSource reconnects with its Last-Event-ID.
 An async view that holds no thread while it streams. Django's handler gives each request a
 one-thread executor for its thread-sensitive calls (every MiddlewareMixin middleware makes
 them), kept until the response ends: for a stream, one idle OS thread per reader (measured in
-docs/benchmarks.md). The view does its own database work on the readers' threads, which
-keep their connections (`chat.kept_connections`), and the stream lets the request's executor
+docs/benchmarks.md). The view does its own database work on the readers' thread, which
+keeps its connection (`chat.kept_connections`), and the stream lets the request's executor
 go as it starts, once the middleware is done with it. Events come from the process's
 subscription (`chat.fanout`) and are framed once per process; under Daphne the frame of a
 plain live event is written to the stream's connection as it is delivered (`chat.direct`),
