@@ -9,7 +9,8 @@ worker and beat. Chat users send turns with and without images, read replies ove
 and resume streams, press Stop and retry images; image renders fail at 20%
 (TANDEM_IMAGE_FAILURE_RATE); an API client calls the OpenAI and TGI routes. The sampler records
 each process's RSS and open files, PostgreSQL's connections to the soak's database, and Redis's
-memory and keys (bench/soak_sampler.py).
+memory and keys (bench/soak_sampler.py); the report ends with Redis's clients as the load
+stopped: who holds each, since when and for what (their last command).
 
 When the time is up the load stops, every part is given time to end, and the run passes when:
 from the first window after warm-up to the last (each a tenth of the time measured, a
@@ -37,7 +38,7 @@ import psutil
 import psycopg
 
 from bench.soak_load import ApiClient, ChatUser, Tally
-from bench.soak_sampler import Sampler, growth, plot
+from bench.soak_sampler import Sampler, growth, plot, postgres_pids
 from tests.support.processes import BIN, ROOT, Service, child_env, free_port, wait_until
 
 GROWTH_BAR = 0.05  # open files, connections, Redis: flat after warm-up
@@ -255,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                     threading.Event(),
                     args.interval,
                     metrics_url=f"http://127.0.0.1:{port}/metrics",
+                    cpu_only={"soak load": lambda: [os.getpid()], "postgres": postgres_pids},
                 )
                 sampler.start()
                 print(f"soak: load for {args.minutes:g} min, warm-up {warmup / 60:g} min")
@@ -289,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "events": dict(tally.events),
         "client_errors": tally.errors,
         "turns_per_user": [user.turns for user in users],
+        "redis_clients_at_end": sampler.clients,
         "samples": sampler.samples,
     }
     out = ROOT / "var" / "soak" / f"{stamp}.json"

@@ -2,10 +2,12 @@
 connections, Redis's memory and keys; then growth after warm-up, and the plot.
 
 Beside them it records what the machine and the engine did over each interval: the cores
-each process used, the share of CPU time the host stole, and the engine's tokens/s and mean
-inter-token latency (from the web process's /metrics). They are not judged for growth; they
-tell a slower host (steal up, the same CPU per token) from a slower engine (ITL up with
-nothing stolen) when replies slow down.
+each process used (and the soak's own load and the PostgreSQL server, which share the
+machine), the share of CPU time the host stole, and the engine's tokens/s and mean
+inter-token latency (from the web process's /metrics). They tell a slower host (steal up, the
+same CPU per token) from a slower engine (ITL up with nothing stolen) when replies slow down.
+And it breaks the open files down by kind and Redis's clients by the process that holds them,
+so a step names its source. None of these is judged for growth.
 
 Growth compares the median of a series over the first window after warm-up with its median
 over the run's last window, so one busy moment (a reply in flight, a connection borrowed)
@@ -14,10 +16,12 @@ does not count as growth; a leak moves the median.
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,8 +30,8 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 MB = 1024 * 1024
-# Series that describe load over an interval, not what a process holds: never judged.
-LOAD_SERIES = ("load_average_1m", "cores.", "steal_share", "engine_")
+# Never judged: load over an interval, and breakdowns of the judged totals.
+UNJUDGED = ("load_average_1m", "cores.", "steal_share", "engine_", "fds.", "redis_clients.")
 ITL = "tandem_engine_inter_token_latency_seconds"
 GENERATED = "tandem_engine_generated_tokens"
 
@@ -54,6 +58,64 @@ def tree_figures(pid: int) -> tuple[float, int, float]:
         except psutil.NoSuchProcess:
             continue
     return round(rss / MB, 1), files, cpu
+
+
+def fd_kinds(pid: int) -> Counter:
+    """The process tree's open files by kind: socket, pipe, anon (epoll, eventfd) or file."""
+    kinds: Counter = Counter()
+    for process in process_tree(pid):
+        try:
+            fds = list(Path(f"/proc/{process.pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:  # closed meanwhile (the listing's own, for one)
+                continue
+            kind = target.split(":", 1)[0] if target[:1] != "/" else "file"
+            kinds["anon" if kind == "anon_inode" else kind] += 1
+    return kinds
+
+
+def tcp_owners(processes: dict[str, int]) -> dict[int, str]:
+    """The local TCP ports each process tree holds, to the tree's name."""
+    owners = {}
+    for name, pid in processes.items():
+        for process in process_tree(pid):
+            try:
+                for conn in process.net_connections(kind="tcp"):
+                    owners[conn.laddr.port] = name
+            except psutil.Error:
+                continue
+    return owners
+
+
+def redis_clients(client: redis.Redis, processes: dict[str, int]) -> list[dict]:
+    """Redis's client connections with the process that holds each (None: another one),
+    their age and idle seconds and the last command."""
+    owners = tcp_owners(processes)
+    return [
+        {
+            "owner": owners.get(int(entry["addr"].rsplit(":", 1)[1])),
+            "age_s": int(entry["age"]),
+            "idle_s": int(entry["idle"]),
+            "cmd": entry["cmd"],
+            "name": entry["name"],
+        }
+        for entry in client.client_list()
+    ]
+
+
+def postgres_pids() -> list[int]:
+    """The PostgreSQL server's processes on this machine (the postmaster and its children)."""
+    for process in psutil.process_iter(["name"]):
+        try:
+            if process.info["name"] == "postgres" and process.parent().name() != "postgres":
+                return [p.pid for p in process_tree(process.pid)]
+        except (psutil.Error, AttributeError):
+            continue
+    return []
 
 
 def engine_totals(metrics_url: str) -> dict[str, float]:
@@ -102,14 +164,18 @@ class Sampler(threading.Thread):
         stop: threading.Event,
         interval: float = 10.0,
         metrics_url: str | None = None,
+        cpu_only: dict[str, Callable[[], list[int]]] | None = None,
     ) -> None:
         super().__init__(name="soak-sampler", daemon=True)
         self.processes, self.redis_url = processes, redis_url
         self.db_connections, self.stop, self.interval = db_connections, stop, interval
         self.metrics_url = metrics_url
+        self.cpu_only = cpu_only or {}  # groups whose cores are recorded, nothing else
         self.started = time.monotonic()
         self.samples: list[dict] = []
+        self.clients: list[dict] = []  # Redis's clients at the last sample
         self._totals: tuple[float, dict] | None = None
+        self._cpu_by_pid: dict[str, dict[int, float]] = {}
 
     def run(self) -> None:
         while True:
@@ -129,14 +195,41 @@ class Sampler(threading.Thread):
         if self.metrics_url:
             totals.update(engine_totals(self.metrics_url))
         if self._totals is not None:
-            row.update(interval_rates(self._totals[1], totals, now - self._totals[0]))
+            seconds = now - self._totals[0]
+            row.update(interval_rates(self._totals[1], totals, seconds))
+            row.update(self.group_cores(seconds))
+        else:
+            self.group_cores(1.0)
         self._totals = (now, totals)
+        for name, pid in self.processes.items():
+            row.update({f"fds.{name}.{kind}": n for kind, n in sorted(fd_kinds(pid).items())})
         row["db_connections"] = self.db_connections()
         with redis.Redis.from_url(self.redis_url, socket_timeout=5) as client:
             row["redis_used_memory_mb"] = round(client.info("memory")["used_memory"] / MB, 2)
             row["redis_keys"] = client.dbsize()
+            self.clients = redis_clients(client, self.processes)
+        for owner, n in sorted(Counter(c["owner"] or "other" for c in self.clients).items()):
+            row[f"redis_clients.{owner}"] = n
         row["load_average_1m"] = round(psutil.getloadavg()[0], 2)
         return row
+
+    def group_cores(self, seconds: float) -> dict[str, float]:
+        """Cores each `cpu_only` group used since the last call, summed per process, so
+        processes that started meanwhile count and those that ended do not go negative."""
+        rates = {}
+        for name, pids in self.cpu_only.items():
+            now = {}
+            for pid in pids():
+                try:
+                    times = psutil.Process(pid).cpu_times()
+                except psutil.Error:
+                    continue
+                now[pid] = times.user + times.system
+            before = self._cpu_by_pid.get(name, {})
+            used = sum(cpu - before.get(pid, 0.0) for pid, cpu in now.items())
+            rates[f"cores.{name}"] = round(used / seconds, 3)
+            self._cpu_by_pid[name] = now
+        return rates
 
 
 def growth(samples: list[dict], warmup: float, window: float) -> dict[str, dict]:
@@ -148,7 +241,7 @@ def growth(samples: list[dict], warmup: float, window: float) -> dict[str, dict]
     last = [s for s in samples if s["t"] > end - window]
     hours = statistics.median(s["t"] for s in last) - statistics.median(s["t"] for s in first)
     hours /= 3600
-    series = [key for key in samples[0] if key != "t" and not key.startswith(LOAD_SERIES)]
+    series = [key for key in samples[0] if key != "t" and not key.startswith(UNJUDGED)]
     figures = {}
     for key in series:
         baseline = statistics.median(s[key] for s in first)
@@ -191,7 +284,8 @@ def plot(samples: list[dict], warmup: float, path: Path, title: str) -> None:
         (
             axes[2][0],
             "cores used",
-            [(n, series(samples, f"cores.{n}")) for n in names] + [("stolen by the host", stolen)],
+            [(n, series(samples, key)) for key in cores_keys(samples) for n in [key[6:]]]
+            + [("stolen by the host", stolen)],
         ),
         (
             axes[2][1],
@@ -212,6 +306,11 @@ def plot(samples: list[dict], warmup: float, path: Path, title: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
+
+
+def cores_keys(samples: list[dict]) -> list[str]:
+    """The `cores.` series, in the order they first appear."""
+    return list(dict.fromkeys(k for s in samples for k in s if k.startswith("cores.")))
 
 
 def series(samples: list[dict], key: str) -> list:

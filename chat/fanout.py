@@ -35,6 +35,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from chat import events, live_text
+from config.resting_pool import AsyncRestingPool
 
 log = logging.getLogger(__name__)
 LIMIT = 500  # events a reader may have waiting before it is dropped to resume
@@ -169,7 +170,12 @@ class Hub:
     async def tail(self, part_id: int, after_seq: int) -> list[str]:
         """A part's pieces after `after_seq` from the live tail (`chat.live_text`)."""
         if self._client is None:
-            self._client = aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=2.0)
+            # A storm of readers resuming at once waits for a few connections and gives back
+            # what it borrowed (config.resting_pool), instead of keeping one per reader.
+            pool = AsyncRestingPool.from_url(
+                settings.REDIS_URL, keep=1, max_connections=8, timeout=2.0, socket_timeout=2.0
+            )
+            self._client = aioredis.Redis(connection_pool=pool)
         items = await self._client.lrange(live_text.KEY.format(part_id), after_seq, -1)
         return [item.decode() for item in items]
 

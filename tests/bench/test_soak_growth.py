@@ -99,13 +99,27 @@ def test_a_sampler_measures_a_real_process_and_its_rates_are_never_judged():
 
     from django.conf import settings
 
-    sampler = Sampler({"bench": os.getpid()}, settings.REDIS_URL, lambda: 3, threading.Event())
+    sampler = Sampler(
+        {"bench": os.getpid()},
+        settings.REDIS_URL,
+        lambda: 3,
+        threading.Event(),
+        cpu_only={"again": lambda: [os.getpid()], "none": lambda: []},
+    )
     first = sampler.sample()
     sum(i * i for i in range(2_000_000))  # some CPU for the second sample to see
     second = sampler.sample()
     assert "cores.bench" not in first and second["cores.bench"] > 0
+    assert second["cores.again"] > 0 and second["cores.none"] == 0
     assert second["open_files.bench"] > 0 and second["rss_mb.bench"] > 0
+    kinds = {key: n for key, n in second.items() if key.startswith("fds.bench.")}
+    # The same descriptors but the one each listing of /proc/<pid>/fd holds itself.
+    assert sum(kinds.values()) == second["open_files.bench"] - 1
+    # The sampler's own connection, found held by this process, as it listed the clients.
+    assert second["redis_clients.bench"] >= 1
+    assert [c for c in sampler.clients if c["owner"] == "bench" and c["cmd"] == "client|list"]
     samples = [dict(second, t=t * 60.0, **{"cores.bench": t}) for t in range(30)]
     grown = growth(samples, warmup=60.0, window=120.0)
     assert "rss_mb.bench" in grown
-    assert not [key for key in grown if key.startswith(("cores.", "steal", "engine_"))]
+    unjudged = ("cores.", "steal", "engine_", "fds.", "redis_clients.")
+    assert not [key for key in grown if key.startswith(unjudged)]
