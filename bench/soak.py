@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import statistics
 import sys
 import threading
 import time
@@ -151,6 +152,40 @@ def run_load(port: int, viewers, args, sampler: Sampler) -> tuple[Tally, list[Ch
     return tally, users
 
 
+def reply_slots(rows: list[tuple], since: datetime, minutes: float = 10.0) -> list[dict]:
+    """Per `minutes` of load, the text replies that started then and succeeded: how many, and
+    the median seconds from start to first token and to the end. `rows` are (started,
+    first token, finished) times. Not judged: it says when replies slowed, which the samples
+    of cores and ITL then explain."""
+    slots: dict[int, list[tuple[float, float]]] = {}
+    for started, first_token, finished in rows:
+        slot = int((started - since).total_seconds() // (minutes * 60))
+        waited = (first_token - started).total_seconds()
+        slots.setdefault(slot, []).append((waited, (finished - started).total_seconds()))
+    return [
+        {
+            "from_minute": slot * minutes,
+            "replies": len(times),
+            "median_first_token_s": round(statistics.median(t[0] for t in times), 3),
+            "median_reply_s": round(statistics.median(t[1] for t in times), 3),
+        }
+        for slot, times in sorted(slots.items())
+        if slot >= 0
+    ]
+
+
+def succeeded_replies(since: datetime) -> list[tuple]:
+    """(started, first token, finished) of the text parts that succeeded since `since`."""
+    from chat.models import Part
+
+    done = Part.objects.filter(
+        kind=Part.Kind.TEXT, state=Part.State.SUCCEEDED, started_at__gte=since
+    ).exclude(first_token_at=None)
+    return list(
+        done.exclude(finished_at=None).values_list("started_at", "first_token_at", "finished_at")
+    )
+
+
 def comparison_window(measured: float, interval: float) -> float:
     """Seconds of samples whose median stands for the start (and for the end) of the
     measured span: a tenth of it, a minute at least, so that a series that swings (the
@@ -260,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 sampler.start()
                 print(f"soak: load for {args.minutes:g} min, warm-up {warmup / 60:g} min")
+                load_started = datetime.now(UTC)
                 tally, users = run_load(port, viewers, args, sampler)
                 sampler.join(30)
                 window = comparison_window(args.minutes * 60 - warmup, args.interval)
@@ -269,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     grown = growth(sampler.samples, warmup, window)
                 result = verdict(tally, users, grown, logs)
+                result["replies_every_10_minutes"] = reply_slots(
+                    succeeded_replies(load_started), load_started
+                )
             finally:
                 for service in services.values():
                     service.stop()
@@ -300,6 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     plot(sampler.samples, warmup, out.with_suffix(".png"), title)
     checks = result["checks"]
     print(json.dumps({"checks": checks, "statuses": report["http_statuses"]}, indent=2))
+    for slot in result["replies_every_10_minutes"]:
+        print(
+            f"  minutes {slot['from_minute']:g}+: {slot['replies']} replies, median "
+            f"{slot['median_reply_s']} s ({slot['median_first_token_s']} s to the first token)"
+        )
     print(f"soak {'PASSED' if checks['passed'] else 'FAILED'}: {out}")
     return 0 if checks["passed"] else 1
 

@@ -3,7 +3,7 @@
 import math
 from collections.abc import Callable
 
-from bench.soak import comparison_window, over_bar
+from bench.soak import comparison_window, over_bar, reply_slots
 from bench.soak_sampler import Sampler, growth, interval_rates
 
 
@@ -123,3 +123,20 @@ def test_a_sampler_measures_a_real_process_and_its_rates_are_never_judged():
     assert "rss_mb.bench" in grown
     unjudged = ("cores.", "steal", "engine_", "fds.", "redis_clients.")
     assert not [key for key in grown if key.startswith(unjudged)]
+
+
+def test_replies_are_grouped_by_the_minutes_they_started_in():
+    from datetime import UTC, datetime, timedelta
+
+    since = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
+
+    def reply(minute: float, first: float, total: float) -> tuple:
+        started = since + timedelta(minutes=minute)
+        return started, started + timedelta(seconds=first), started + timedelta(seconds=total)
+
+    rows = [reply(-1, 9, 9), reply(1, 0.1, 1.0), reply(9.9, 0.3, 3.0), reply(2, 0.2, 2.0)]
+    rows.append(reply(25, 0.5, 1.5))
+    assert reply_slots(rows, since) == [
+        {"from_minute": 0, "replies": 3, "median_first_token_s": 0.2, "median_reply_s": 2.0},
+        {"from_minute": 20, "replies": 1, "median_first_token_s": 0.5, "median_reply_s": 1.5},
+    ]
