@@ -92,9 +92,9 @@ def tcp_owners(processes: dict[str, int]) -> dict[int, str]:
 
 
 def redis_clients(client: redis.Redis, processes: dict[str, int]) -> list[dict]:
-    """Redis's client connections with the process that holds each (None: another one),
-    their age and idle seconds and the last command."""
-    owners = tcp_owners(processes)
+    """Redis's client connections with the process that holds each ("soak": the soak's own,
+    None: another one), their age and idle seconds and the last command."""
+    owners = tcp_owners({"soak": os.getpid(), **processes})
     return [
         {
             "owner": owners.get(int(entry["addr"].rsplit(":", 1)[1])),
