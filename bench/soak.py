@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import statistics
 import sys
 import threading
@@ -243,8 +244,17 @@ def verdict(tally: Tally, users: list[ChatUser], grown: dict, logs) -> dict:
     return {"checks": checks, "parts_by_kind_and_state": by_kind, "lost_text_parts": lost}
 
 
+def stop_on_signal(signum: int, _frame: object) -> None:
+    """SIGTERM or SIGINT ends the run through its `finally`s: the stack it started is
+    stopped by pid and its database dropped."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Both, also when started in the background (where a shell leaves SIGINT ignored).
+    signal.signal(signal.SIGTERM, stop_on_signal)
+    signal.signal(signal.SIGINT, stop_on_signal)
     warmup = 60 * (args.warmup_minutes or min(10.0, args.minutes / 3))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     workdir = ROOT / "var" / "soak" / stamp
