@@ -226,10 +226,6 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_TASK_IGNORE_RESULT = True  # state lives in the database rows, not in results
-# One broker connection per process for sending: the web process sends from its request
-# threads, and each moment two sent at once opened another connection kept for good (Redis
-# connections that stepped up in a two-hour soak). A send is one LPUSH; the others wait for it.
-CELERY_BROKER_POOL_LIMIT = 1
 CELERY_RESULT_EXPIRES = 3600
 CELERY_TASK_DEFAULT_QUEUE = "media"
 CELERY_TASK_ACKS_LATE = True

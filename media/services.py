@@ -9,6 +9,7 @@ not import the tasks (which import the renderer and the sweeper, which import th
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 
 import redis
@@ -31,6 +32,7 @@ PING_TIMEOUT = 0.5
 
 
 RENDER_TASK = "media.render_image"
+_SENDING = threading.Lock()
 
 
 def image_enqueue(part: Part) -> bool:
@@ -73,21 +75,33 @@ def image_send(part_id: int, seen_task_id: str) -> tuple[str, bool]:
         return "", False
     try:
         with bound(part_id=part_id):  # sent with the task, so the worker's lines carry it
-            # ignore_result: the outcome is on the row. Otherwise send_task first subscribes the
-            # result backend to the task, and with Redis gone that retried 20 × 1 s in the request.
-            app.send_task(
-                RENDER_TASK,
-                args=[part_id],
-                task_id=task_id,
-                retry_policy=PUBLISH_RETRY,
-                ignore_result=True,
-            )
+            send_render(part_id, task_id)
     except Exception:  # the broker is down or refused: the caller keeps the part for later
         log.info("image part %s not sent as task %s", part_id, task_id, exc_info=True)
         return task_id, False
     ids = {"part_id": part_id, "task_id": task_id}
     log.info("image part %s sent as task %s", part_id, task_id, extra=ids)
     return task_id, True
+
+
+def send_render(part_id: int, task_id: str) -> None:
+    """Publish the render task, one send at a time in this process.
+
+    Request threads sending at once each took a broker connection from Celery's pool, which
+    keeps every connection it opened: Redis connections that stepped up in a two-hour soak.
+    A send is one LPUSH, so the others wait for it. (Not a pool limit: Celery's control
+    commands take two connections from the pool at once and would deadlock at a limit.)
+    """
+    with _SENDING:
+        # ignore_result: the outcome is on the row. Otherwise send_task first subscribes the
+        # result backend to the task, and with Redis gone that retried 20 × 1 s in the request.
+        app.send_task(
+            RENDER_TASK,
+            args=[part_id],
+            task_id=task_id,
+            retry_policy=PUBLISH_RETRY,
+            ignore_result=True,
+        )
 
 
 def broker_answers() -> bool:
