@@ -194,12 +194,10 @@ class Sampler(threading.Thread):
             )
         if self.metrics_url:
             totals.update(engine_totals(self.metrics_url))
+        cores = self.group_cores(now - self._totals[0] if self._totals else None)
         if self._totals is not None:
-            seconds = now - self._totals[0]
-            row.update(interval_rates(self._totals[1], totals, seconds))
-            row.update(self.group_cores(seconds))
-        else:
-            self.group_cores(1.0)
+            row.update(interval_rates(self._totals[1], totals, now - self._totals[0]))
+            row.update(cores)
         self._totals = (now, totals)
         for name, pid in self.processes.items():
             row.update({f"fds.{name}.{kind}": n for kind, n in sorted(fd_kinds(pid).items())})
@@ -213,9 +211,10 @@ class Sampler(threading.Thread):
         row["load_average_1m"] = round(psutil.getloadavg()[0], 2)
         return row
 
-    def group_cores(self, seconds: float) -> dict[str, float]:
-        """Cores each `cpu_only` group used since the last call, summed per process, so
-        processes that started meanwhile count and those that ended do not go negative."""
+    def group_cores(self, seconds: float | None) -> dict[str, float]:
+        """Cores each `cpu_only` group used in the last `seconds` (None: the first call, which
+        only reads), summed per process, so processes that started meanwhile count and those
+        that ended do not go negative."""
         rates = {}
         for name, pids in self.cpu_only.items():
             now = {}
@@ -226,9 +225,10 @@ class Sampler(threading.Thread):
                     continue
                 now[pid] = times.user + times.system
             before = self._cpu_by_pid.get(name, {})
-            used = sum(cpu - before.get(pid, 0.0) for pid, cpu in now.items())
-            rates[f"cores.{name}"] = round(used / seconds, 3)
             self._cpu_by_pid[name] = now
+            if seconds:
+                used = sum(cpu - before.get(pid, 0.0) for pid, cpu in now.items())
+                rates[f"cores.{name}"] = round(used / seconds, 3)
         return rates
 
 
@@ -284,7 +284,7 @@ def plot(samples: list[dict], warmup: float, path: Path, title: str) -> None:
         (
             axes[2][0],
             "cores used",
-            [(n, series(samples, key)) for key in cores_keys(samples) for n in [key[6:]]]
+            [(key.removeprefix("cores."), series(samples, key)) for key in cores_keys(samples)]
             + [("stolen by the host", stolen)],
         ),
         (
