@@ -79,7 +79,9 @@ def test_auto_is_fp16_for_a_float32_model_where_q8_loses_and_fp16_needs_one(
     """auto: fp16 on every layer and the head of a float32 model where q8 wins at no row count
     (faked: test_engine_q8.py has the other case); asked for a bfloat16 model, fp16 falls back
     to the dense weights with one warning."""
-    monkeypatch.setattr(choice, "small_max_rows", lambda projections, rows=(): (0, {1: 1.3}))
+    monkeypatch.setattr(
+        choice, "small_max_rows", lambda projections, rows=(), before=(): (0, {1: 1.3})
+    )
     runner = build_runner(tiny_fp32(), "auto", None)
     assert runner.weights == "fp16" and runner.head is not None
     kinds = {p.small[0] for layer in runner.projections for p in vars(layer).values()}

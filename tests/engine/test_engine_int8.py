@@ -55,25 +55,27 @@ def test_auto_follows_the_measured_crossover(monkeypatch) -> None:
     if choice.int8_missing(model) is not None:
         pytest.skip(choice.int8_missing(model))
 
-    def measured(projections, rows=crossover.ROWS):
-        """The layers' crossover at 4 rows, the lm_head's (timed alone) at 2."""
-        return (4, {1: 0.5, 8: 1.2}) if len(projections) == 4 else (2, {1: 0.6, 4: 1.1})
+    def measured(projections, rows=crossover.ROWS, before=()):
+        """The layers' crossover at 4 rows, the lm_head's (timed after them) at 2."""
+        return (4, {1: 0.5, 8: 1.2}) if not before else (2, {1: 0.6, 4: 1.1})
 
     monkeypatch.setattr(choice, "small_max_rows", measured)
     runner = build_runner(model, "auto", None)
     assert runner.weights == "int8"
     assert {p.max_rows for layer in runner.projections for p in vars(layer).values()} == {4}
     assert runner.head is not None and runner.head.max_rows == 2
-    monkeypatch.setattr(choice, "small_max_rows", lambda projections, rows=(): (0, {1: 1.3}))
+    monkeypatch.setattr(
+        choice, "small_max_rows", lambda projections, rows=(), before=(): (0, {1: 1.3})
+    )
     dense = build_runner(tiny_bf16().to(dtype), "auto", None)
     assert dense.weights == "bf16" and dense.head is None
 
 
-def test_crossover_times_both_packings_of_a_layer() -> None:
+def test_crossover_times_both_packings_of_the_stack() -> None:
     """The start-up measurement returns a row count it timed (or 0) and a ratio per count;
-    the lm_head's is timed on its own, up to the layers' count."""
+    the lm_head's is timed after the layers, up to the layers' count."""
     runner = build_runner(tiny_bf16(), "int8", None)
-    layer = crossover.layer_projections(runner.projections[0])
+    layer = crossover.stack_projections(runner.projections)
     rows, ratios = crossover.small_max_rows(layer)
     assert rows == 0 or rows in crossover.ROWS
     assert ratios and all(r > 0 for r in ratios.values())

@@ -18,7 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.weights_quality import TEXT, perplexity
 from inference.engine import SamplingParams, native_build
-from inference.engine.weights import choice, q8
+from inference.engine.weights import choice, crossover, q8
 from inference.engine.weights.choice import build_runner
 from inference.engine.weights.projection import Projection
 from inference.provisioning import loading
@@ -166,17 +166,24 @@ def test_auto_follows_the_measured_crossover(monkeypatch) -> None:
     everywhere when q8 wins at no row count (the timing is faked: which kernel wins on this
     machine is what the measurement is for)."""
 
-    def measured(projections, rows=()):
-        """The layers' crossover at 8 rows, the lm_head's (timed alone) at 2."""
-        return (8, {1: 0.4, 16: 1.1}) if len(projections) == 4 else (2, {1: 0.7, 4: 1.0})
+    timed = []
+
+    def measured(projections, rows=(), before=()):
+        """The layers' crossover at 8 rows, the lm_head's (timed after them) at 2."""
+        timed.append((projections, list(before)))
+        return (8, {1: 0.4, 16: 1.1}) if not before else (2, {1: 0.7, 4: 1.0})
 
     monkeypatch.setattr(choice, "small_max_rows", measured)
     runner = build_runner(tiny(), "auto", None)
     assert runner.weights == "q8"
+    stack = crossover.stack_projections(runner.projections)
+    assert timed == [(stack, []), ([runner.head], stack)]  # as a step reads them
     layers = [p for layer in runner.projections for p in vars(layer).values()]
     assert {p.max_rows for p in layers} == {8} and runner.head.max_rows == 2
     assert all(p.small[0] == "q8" and p.large is not None for p in [*layers, runner.head])
-    monkeypatch.setattr(choice, "small_max_rows", lambda projections, rows=(): (0, {1: 1.3}))
+    monkeypatch.setattr(
+        choice, "small_max_rows", lambda projections, rows=(), before=(): (0, {1: 1.3})
+    )
     assert build_runner(tiny(), "auto", None).weights == "fp16"
     assert build_runner(tiny(torch.bfloat16), "auto", None).weights != "q8"
 
@@ -189,11 +196,11 @@ def test_auto_for_a_bfloat16_model_takes_the_faster_of_int8_and_q8(monkeypatch, 
         pytest.skip(choice.int8_missing(model))
 
     def timed(q8_ratio: float, int8_ratio: float):
-        def measured(projections, rows=()):
+        def measured(projections, rows=(), before=()):
             ratio = q8_ratio if projections[0].small[0] == "q8" else int8_ratio
             if ratio >= 0.9:
                 return 0, {1: ratio}
-            return (4, {1: ratio, 8: 1.2}) if len(projections) == 4 else (2, {1: ratio})
+            return (4, {1: ratio, 8: 1.2}) if not before else (2, {1: ratio})
 
         return measured
 

@@ -30,6 +30,7 @@ from inference.engine.weights.crossover import (
     layer_projections,
     set_max_rows,
     small_max_rows,
+    stack_projections,
 )
 from inference.engine.weights.fp16 import fp16_kernel_missing
 from inference.engine.weights.layers import LayerProjections, layer_linears, q4_projection
@@ -192,8 +193,11 @@ def with_crossover(
     if max_rows is None:
 
         def measure() -> dict[str, object]:
-            rows, ratios = small_max_rows(layer_projections(layers[0]))
-            head_rows, head_ratios = small_max_rows([head], tuple(r for r in ROWS if r <= rows))
+            stack = stack_projections(layers)
+            rows, ratios = small_max_rows(stack)
+            head_rows, head_ratios = small_max_rows(
+                [head], tuple(r for r in ROWS if r <= rows), before=stack
+            )
             return {"layers": rows, "head": head_rows, "ratios": ratios, "head_ratios": head_ratios}
 
         if cache is None:

@@ -3,12 +3,17 @@
 The crossover moves with the CPU (native bf16 or not, AMX, cache sizes) and the model's dtype:
 on a Xeon with AVX-512 BF16 int8 won up to 8 rows of a bfloat16 model; on one without native
 bf16, under a float32 model, the int8 kernel (on bfloat16 rows) wins at one row and the float32
-GEMM well before 32. So the runner times one layer's own projections, both packings, at each
-row count of ROWS and takes the largest count the weight-only kernel still wins, stopping at
-its first loss (a ratio of WIN or more); then the lm_head on its own, up to that count: its
-shape (576 → 49,152 for SmolLM2) crosses earlier (int8 against dense bf16 on a 2-core AMD
-EPYC Zen 4, 2026-12-03: 3.0 / 5.1 ms at one row, 4.0 / 5.5 at 4, 6.1 / 4.7 at 8, where the
-layers' int8 still won). It takes about a second.
+GEMM well before 32. So the runner times the projections, both packings, at each row count of
+ROWS and takes the largest count the weight-only kernel still wins, stopping at its first loss
+(a ratio of WIN or more); then the lm_head on its own, up to that count: its shape (576 →
+49,152 for SmolLM2) crosses earlier.
+
+They are timed as a step reads them: every layer's projections in turn, then the lm_head after
+a pass over the layers, so the weights come from memory, not from a cache that holds one layer
+timed again and again. One layer timed alone under-rated the kernel that reads fewer bytes: on
+a 2-core AMD EPYC Zen 3 (AVX2) q8 took 0.57× fp16's time at one row and 1.03× at 8 for one
+layer, 0.57× and 0.75× over the whole stack (7.7 against 13.5 ms at one row, 17.8 against 23.8
+at 8), and the steps read the whole stack. It takes a few seconds.
 """
 
 from __future__ import annotations
@@ -26,33 +31,44 @@ REPEATS = 7
 WIN = 0.9
 
 
-def _fastest_seconds(run, x: torch.Tensor) -> float:
-    """The fastest of REPEATS timed calls after one untimed one (first-call set-up)."""
-    run(x)
-    return fastest_seconds(lambda: run(x), REPEATS)
+def pass_seconds(
+    projections: list[Projection], rows: int, small: bool, before: list[Projection]
+) -> float:
+    """One pass over `projections` at `rows` rows, in order, on one kernel: the fastest of
+    REPEATS passes, each after an untimed pass over `before` (what the step reads first)."""
+    inputs: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
+    def calls(chosen: list[Projection]) -> list[tuple[object, torch.Tensor]]:
+        made = []
+        for projection in chosen:
+            key = (projection.in_features, projection.dense.dtype)
+            if key not in inputs:
+                inputs[key] = torch.randn(rows, projection.in_features, dtype=key[1])
+            made.append((projection.small_mm if small else projection.dense_mm, inputs[key]))
+        return made
 
-def kernel_seconds(projections: list[Projection], rows: int, small: bool) -> float:
-    """The projections at `rows` rows, on one kernel (sum of their fastest seconds)."""
-    total = 0.0
+    timed, ahead = calls(projections), calls(before)
+
+    def run(chosen: list[tuple[object, torch.Tensor]]) -> None:
+        for multiply, x in chosen:
+            multiply(x)
+
     with torch.inference_mode():
-        for projection in projections:
-            x = torch.randn(rows, projection.in_features, dtype=projection.dense.dtype)
-            run = projection.small_mm if small else projection.dense_mm
-            total += _fastest_seconds(run, x)
-    return total
+        run(timed)  # first-call set-up, untimed
+        return fastest_seconds(lambda: run(timed), REPEATS, before=lambda: run(ahead))
 
 
 def small_max_rows(
-    projections: list[Projection], rows: tuple[int, ...] = ROWS
+    projections: list[Projection], rows: tuple[int, ...] = ROWS, before: list[Projection] = ()
 ) -> tuple[int, dict[int, float]]:
-    """The largest row count of `rows` at which the weight-only kernel wins (0: never), and
-    the measured ratio small / dense at each row count timed."""
+    """The largest row count of `rows` at which the weight-only kernel wins (0: never) over
+    a pass of `projections` read after `before`, and the measured ratio small / dense at each
+    row count timed."""
     best = 0
     ratios: dict[int, float] = {}
     for count in rows:
-        small = kernel_seconds(projections, count, small=True)
-        ratio = small / kernel_seconds(projections, count, small=False)
+        small = pass_seconds(projections, count, True, list(before))
+        ratio = small / pass_seconds(projections, count, False, list(before))
         ratios[count] = round(ratio, 2)
         if ratio >= WIN:
             break
@@ -63,6 +79,11 @@ def small_max_rows(
 def layer_projections(layer: LayerProjections) -> list[Projection]:
     """A layer's four projections, in the order the step runs them."""
     return [layer.qkv, layer.o, layer.gate_up, layer.down]
+
+
+def stack_projections(layers: list[LayerProjections]) -> list[Projection]:
+    """Every layer's projections, in the order the step runs them."""
+    return [p for layer in layers for p in layer_projections(layer)]
 
 
 def set_max_rows(layers: list[LayerProjections], rows: int) -> None:
