@@ -11,12 +11,14 @@ ROWS and takes the largest count the weight-only kernel still wins, stopping at 
 They are timed as a step reads them: every layer's projections in turn, then the lm_head after
 a pass over the layers, so the weights come from memory, not from a cache that holds one layer
 timed again and again. One layer timed alone under-rated the kernel that reads fewer bytes: on
-a 2-core AMD EPYC Zen 3 (AVX2) q8 took 0.57× fp16's time at one row and 1.03× at 8 for one
-layer, 0.57× and 0.75× over the whole stack (7.7 against 13.5 ms at one row, 17.8 against 23.8
-at 8), and the steps read the whole stack. It takes a few seconds.
+a 2-core AMD EPYC Zen 3 (AVX2) q8 took 0.57× fp16's time at one row and 0.93× at 4 for one
+layer (crossover 2 rows), 0.53× and 0.72× at 8 over the whole stack (crossover 8 rows); 8
+streams ran 184 → 233 tok/s. It takes about 2 s on that machine.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -32,13 +34,13 @@ WIN = 0.9
 
 
 def pass_seconds(
-    projections: list[Projection], rows: int, small: bool, before: list[Projection]
+    projections: Sequence[Projection], rows: int, small: bool, before: Sequence[Projection]
 ) -> float:
     """One pass over `projections` at `rows` rows, in order, on one kernel: the fastest of
     REPEATS passes, each after an untimed pass over `before` (what the step reads first)."""
     inputs: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
-    def calls(chosen: list[Projection]) -> list[tuple[object, torch.Tensor]]:
+    def calls(chosen: Sequence[Projection]) -> list[tuple[object, torch.Tensor]]:
         made = []
         for projection in chosen:
             key = (projection.in_features, projection.dense.dtype)
@@ -59,7 +61,9 @@ def pass_seconds(
 
 
 def small_max_rows(
-    projections: list[Projection], rows: tuple[int, ...] = ROWS, before: list[Projection] = ()
+    projections: list[Projection],
+    rows: tuple[int, ...] = ROWS,
+    before: Sequence[Projection] = (),
 ) -> tuple[int, dict[int, float]]:
     """The largest row count of `rows` at which the weight-only kernel wins (0: never) over
     a pass of `projections` read after `before`, and the measured ratio small / dense at each
@@ -67,8 +71,8 @@ def small_max_rows(
     best = 0
     ratios: dict[int, float] = {}
     for count in rows:
-        small = pass_seconds(projections, count, True, list(before))
-        ratio = small / pass_seconds(projections, count, False, list(before))
+        small = pass_seconds(projections, count, True, before)
+        ratio = small / pass_seconds(projections, count, False, before)
         ratios[count] = round(ratio, 2)
         if ratio >= WIN:
             break
