@@ -197,7 +197,7 @@ class Sampler(threading.Thread):
         cores = self.group_cores(now - self._totals[0] if self._totals else None)
         if self._totals is not None:
             row.update(interval_rates(self._totals[1], totals, now - self._totals[0]))
-            row.update(cores)
+        row.update(cores)  # empty on the first sample
         self._totals = (now, totals)
         for name, pid in self.processes.items():
             row.update({f"fds.{name}.{kind}": n for kind, n in sorted(fd_kinds(pid).items())})
