@@ -15,7 +15,7 @@ from chat import heartbeat
 from chat.models import Message, Part
 from inference.api.keys import ApiKey, ApiRequest
 
-UNFINISHED = [Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING]
+UNFINISHED = [Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING]  # `part_unfinished`
 
 
 class OverCap(Exception):
@@ -51,13 +51,25 @@ def api_requests_in_flight(user_id: int) -> int:
 
 
 def replies_in_flight(user_id: int) -> int:
-    """Chat replies with a part not yet final, plus API requests made with the user's keys."""
-    chat_replies = (
-        Message.objects.filter(conversation__owner_id=user_id, role=Message.Role.ASSISTANT)
-        .filter(parts__state__in=UNFINISHED)
-        .distinct()
-        .count()
-    )
+    """Chat replies with a part not yet final, plus API requests made with the user's keys.
+
+    Two statements whose cost does not grow with the history: the messages of the parts in
+    flight, every user's (a few rows, read from their partial index `part_unfinished`), then
+    the user's replies among those messages, by primary key. One statement joining the user's
+    conversations, messages and parts left the order to the planner, and on tables never
+    analyzed (a server with autovacuum off) it guessed: past ~10,000 turns it compared every
+    assistant message with every conversation of the user, 0.2-0.7 s per call, twice per
+    turn inside the admission lock (docs/reliability.md, "The late slowdown").
+    """
+    in_flight = Part.objects.filter(state__in=UNFINISHED).order_by().values_list("message_id")
+    message_ids = {message_id for (message_id,) in in_flight}
+    chat_replies = 0
+    if message_ids:
+        chat_replies = Message.objects.filter(
+            pk__in=sorted(message_ids),
+            conversation__owner_id=user_id,
+            role=Message.Role.ASSISTANT,
+        ).count()
     return chat_replies + api_requests_in_flight(user_id)
 
 

@@ -145,6 +145,10 @@ class Message(models.Model):
         return max((part.version for part in self.parts.all()), default=1)
 
 
+# A part's states before a final one (chat/states.py has the final ones).
+UNFINISHED_STATES = ["queued", "streaming", "running"]
+
+
 class Part(models.Model):
     """One ordered piece of one version of an assistant reply: its text (index 0) or its
     image (index 1). Regenerating a reply lays out a new version's parts; the old ones stay."""
@@ -197,7 +201,16 @@ class Part(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["message", "version", "index"], name="part_index")
         ]
-        indexes = [models.Index(fields=["kind", "state"])]
+        indexes = [
+            models.Index(fields=["kind", "state"]),
+            # The parts in flight: a few rows whatever the history, so the per-user cap
+            # (chat/caps.py) finds them without reading the user's past replies.
+            models.Index(
+                fields=["message"],
+                condition=models.Q(state__in=UNFINISHED_STATES),
+                name="part_unfinished",
+            ),
+        ]
         # The admin's actions on parts; each goes through the same service as the chat UI.
         permissions = [
             ("retry_image", "Can retry a failed or cancelled image"),
