@@ -68,7 +68,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes, chart to results/")
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16, every peer")
     parser.add_argument(
-        "--weights", default="auto", help="auto | bf16 | int8 | q8 | fp16 | q4, Tandem only"
+        "--weights", default="auto", help="auto | bf16 | int8 | q8 | q4_1 | fp16 | q4, Tandem only"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument(

@@ -157,7 +157,9 @@ class StepLog(EngineObserver):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\\n")[0])
-    parser.add_argument("--weights", default="auto", help="auto | bf16 | q4 | int8 | q8 | fp16")
+    parser.add_argument(
+        "--weights", default="auto", help="auto | bf16 | q4 | int8 | q8 | q4_1 | fp16"
+    )
     parser.add_argument("--no-compile", action="store_true", help="the eager step only")
     parser.add_argument("--long-prompt", type=int, default=2000)
     parser.add_argument("--steps", action="store_true", help="print every step of the run")

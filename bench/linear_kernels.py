@@ -5,8 +5,8 @@
 SmolLM2-135M's shapes (hidden 576, MLP 1536, 9 query and 3 KV heads of 64, vocabulary
 49,152), fused as the runner fuses them (QKV one 960×576 matmul, gate/up one 3072×576), random
 weights (a kernel's time does not depend on the values). Each kernel gets the rows it takes in
-the engine: float32 (dense GEMM, fbgemm's fp16, q8), bfloat16 (dense GEMM, torch's int8 and
-int4 weight-only kernels, q8). Prints µs per layer and per lm_head at each row count, the
+the engine: float32 (dense GEMM, fbgemm's fp16, q8, q4_1), bfloat16 (dense GEMM, torch's int8
+and int4 weight-only kernels, q8, q4_1). Prints µs per layer and per lm_head at each row count, the
 fastest kernel of each, and every kernel's time over the fastest. The runner measures its own
 limit at start (`inference/engine/weights/crossover.py`); `auto` follows that, not this.
 """
@@ -22,6 +22,7 @@ from bench import cpu_info
 from bench.stats import median_seconds
 from inference.engine.weights.choice import fp16_missing, int4_kernel_missing
 from inference.engine.weights.projection import Projection, Q4Matrix
+from inference.engine.weights.q4_1 import q4_1_kernel_missing
 from inference.engine.weights.q8 import q8_kernel_missing
 
 HIDDEN, MLP, Q_OUT, KV_OUT, VOCAB = 576, 1536, 576, 192, 49152
@@ -35,19 +36,30 @@ KERNELS: dict[str, tuple[torch.dtype, Build, str]] = {
     "float32": (F32, lambda w: Projection(w, None), "dense"),
     "fp16": (F32, lambda w: Projection.from_fp16(w, None), "small"),
     "q8 f32": (F32, lambda w: Projection.from_dense_q8(w, None, 0, False), "small"),
+    "q4_1 f32": (F32, lambda w: q4_1(w), "small"),
     "bf16": (BF16, lambda w: Projection(w.to(BF16), None), "dense"),
     "int8": (BF16, lambda w: Projection.from_dense_int8(w.to(BF16), None, 0), "small"),
     "q8 bf16": (BF16, lambda w: Projection.from_dense_q8(w.to(BF16), None, 0, False), "small"),
+    "q4_1 bf16": (BF16, lambda w: q4_1(w.to(BF16)), "small"),
     "int4": (BF16, lambda w: int4(w), "small"),
 }
 
 
-def int4(weight: torch.Tensor) -> Projection:
-    """A random Q4_1 matrix of the weight's shape, packed for torch's int4 kernel."""
+def random_q4(weight: torch.Tensor) -> Q4Matrix:
+    """A random Q4_1 matrix of the weight's shape."""
     n, k = weight.shape
     scales = torch.rand(n, k // 32) * 0.02
-    matrix = Q4Matrix(torch.randint(0, 16, (n, k), dtype=torch.uint8), scales, -8 * scales)
-    return Projection.from_q4(matrix, None, BF16, max_rows=0)
+    return Q4Matrix(torch.randint(0, 16, (n, k), dtype=torch.uint8), scales, -8 * scales)
+
+
+def int4(weight: torch.Tensor) -> Projection:
+    """A random Q4_1 matrix packed for torch's int4 kernel."""
+    return Projection.from_q4(random_q4(weight), None, BF16, max_rows=0)
+
+
+def q4_1(weight: torch.Tensor) -> Projection:
+    """A random Q4_1 matrix for the q4_1 kernel (its dense packing `weight`, unused here)."""
+    return Projection.from_q4_1(random_q4(weight), weight, None, large=False)
 
 
 def available() -> list[str]:
@@ -57,6 +69,8 @@ def available() -> list[str]:
         "fp16": fp16_missing(tiny),
         "q8 f32": q8_kernel_missing(),
         "q8 bf16": q8_kernel_missing(),
+        "q4_1 f32": q4_1_kernel_missing(),
+        "q4_1 bf16": q4_1_kernel_missing(),
         "int4": int4_kernel_missing(),
     }
     for name, why in missing.items():

@@ -1,14 +1,15 @@
-"""What TANDEM_WEIGHTS=q4, int8 and q8 cost in quality and gain in speed against bf16 (SmolLM2),
-or (--fp16) what fp16 and q8 cost and gain against the float32 weights of a float32 model.
+"""What TANDEM_WEIGHTS=q4, int8, q8 and q4_1 cost in quality and gain in speed against bf16
+(SmolLM2), or (--fp16) what fp16, q8 and q4_1 cost and gain against the float32 weights of a
+float32 model.
 
     .venv/bin/python -m bench.weights_quality            # figures in docs/engine.md
     .venv/bin/python -m bench.weights_quality --fp16
 
-Quality: greedy agreement with the bf16 model over the 16 bench prompts × 64 tokens (q4 and
-int8 one request at a time, so every decode step runs the weight-only kernel; and with all 16
-at once, which runs the dense packing of the same weights), and the perplexity of each on
-tests/data/perplexity.txt, every position scored through the runner (q4 and int8 on their
-weight-only kernel for every row).
+Quality: greedy agreement with the bf16 model over the 16 bench prompts × 64 tokens (the others
+one request at a time, so every decode step runs the weight-only kernel; and with all 16 at
+once, which runs the other packing of the same weights), and the perplexity of each on
+tests/data/perplexity.txt, every position scored through the runner (on the weight-only
+kernel for every row).
 Speed: decode tok/s of one stream and of 32 streams (EOS ignored), on the engine.
 """
 
@@ -90,29 +91,17 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     loaded = loading.load(None, "float32" if args.fp16 else "bfloat16")
     model, tokenizer = loaded.model, loaded.tokenizer
+    gguf = model_source.packaged_gguf()
     if args.fp16:
-        base, compared = "float32", ("fp16", "q8")
-        runners = {
-            "float32": build_runner(model, "bf16", None),
-            "fp16": build_runner(model, "fp16", None),
-            "q8": build_runner(model, "q8", None),
-        }
-        scored = {**runners, "q8": build_runner(model, "q8", None, max_rows=EVERY_ROW)}
+        base, compared = "float32", ("fp16", "q8", "q4_1")
     else:
-        base, compared = "bf16", ("q4", "int8", "q8")
-        gguf = model_source.packaged_gguf()
-        runners = {
-            "bf16": build_runner(model, "bf16", None),
-            "q4": build_runner(model, "q4", gguf),
-            "int8": build_runner(model, "int8", None),
-            "q8": build_runner(model, "q8", None),
-        }
-        scored = {
-            "bf16": runners["bf16"],
-            "q4": build_runner(model, "q4", gguf, max_rows=EVERY_ROW),
-            "int8": build_runner(model, "int8", None, max_rows=EVERY_ROW),
-            "q8": build_runner(model, "q8", None, max_rows=EVERY_ROW),
-        }
+        base, compared = "bf16", ("q4", "int8", "q8", "q4_1")
+    runners = {base: build_runner(model, "bf16", gguf)}
+    runners.update({name: build_runner(model, name, gguf) for name in compared})
+    scored = {  # fp16 has one kernel at every row count
+        name: runner if name in (base, "fp16") else build_runner(model, name, gguf, EVERY_ROW)
+        for name, runner in runners.items()
+    }
     text_ids = tokenizer(TEXT.read_text())["input_ids"]
     prompts = chat_prompts(tokenizer, 16)
     config = EngineConfig(max_running=32, max_step_tokens=512)

@@ -261,15 +261,16 @@ CELERY_BEAT_SCHEDULE = {
 TANDEM_MODEL = env_str("TANDEM_MODEL", "smollm2-135m-instruct")
 TANDEM_DTYPE = env_str("TANDEM_DTYPE", "auto")
 # Which weights the engine multiplies by: the dense ones (bf16), the packaged GGUF's own 4-bit
-# ones (q4), the dense ones rounded to int8 per row for torch's kernel (int8) or for our own,
-# which rounds the activations to int8 too (q8), a float32 model's rounded to float16 for
-# fbgemm's GEMM (fp16), or auto: for a float32 model on the CPU q8 where it wins at one row
-# (fp16 above its crossover), else fp16; for a bfloat16 one whichever of int8 and q8 is faster
-# at one row on this CPU (measured at start); bf16 otherwise. q4 is opt-in: in bfloat16 it
-# changes greedy answers (docs/engine.md, "Weight formats").
+# ones on torch's int4 kernel (q4) or on our own, which rounds the activations to int8 (q4_1),
+# the dense ones rounded to int8 per row for torch's kernel (int8) or for our own (q8), a
+# float32 model's rounded to float16 for fbgemm's GEMM (fp16), or auto: for a float32 model on
+# the CPU q8 where it wins at one row (fp16 above its crossover), else fp16; for a bfloat16 one
+# whichever of int8 and q8 is faster at one row on this CPU (measured at start); bf16
+# otherwise. q4 (it changes greedy answers) and q4_1 (fastest at one stream, slower than q8
+# from two) are opt-in (docs/engine.md, "Weight formats").
 TANDEM_WEIGHTS = env_str("TANDEM_WEIGHTS", "auto").lower()
-if TANDEM_WEIGHTS not in ("auto", "bf16", "q4", "int8", "q8", "fp16"):
-    raise ImproperlyConfigured("TANDEM_WEIGHTS must be auto, bf16, q4, int8, q8 or fp16.")
+if TANDEM_WEIGHTS not in ("auto", "bf16", "q4", "int8", "q8", "q4_1", "fp16"):
+    raise ImproperlyConfigured("TANDEM_WEIGHTS must be auto, bf16, q4, int8, q8, q4_1 or fp16.")
 # The decode step compiled by inductor (inference/engine/compiled_decode.py): built in the
 # background at start (/health's model.compile says "warming", steps run eagerly meanwhile).
 # TANDEM_COMPILE_BUCKETS: the step sizes compiled, in rows (decode tokens plus prompt-chunk

@@ -74,4 +74,4 @@ def test_environment_overrides():
 def test_unknown_weights_setting_is_refused():
     result = load_settings(TANDEM_WEIGHTS="int3")
     assert result.returncode != 0
-    assert "TANDEM_WEIGHTS must be auto, bf16, q4, int8, q8 or fp16" in result.stderr
+    assert "TANDEM_WEIGHTS must be auto, bf16, q4, int8, q8, q4_1 or fp16" in result.stderr

@@ -1,5 +1,5 @@
 // The C++ kernels as one Python module (native_build.py builds and loads it): attention
-// (decode rows, prompt chunks) and the int8 weight kernel.
+// (decode rows, prompt chunks) and the int8 weight kernels (q8, q4_1).
 
 #include "attention_kernels.h"
 #include "linear_kernels.h"
@@ -11,6 +11,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("q8_linear", &tandem::q8_linear, py::call_guard<py::gil_scoped_release>());
   m.def("q8_register", &tandem::q8_register);
   m.def("q8_release", &tandem::q8_release);
+  m.def("q4_1_linear", &tandem::q4_1_linear, py::call_guard<py::gil_scoped_release>());
+  m.def("q4_1_register", &tandem::q4_1_register);
+  m.def("q4_1_release", &tandem::q4_1_release);
   m.attr("q8_instructions") = tandem::q8_instructions();
   m.attr("vector_width") = tandem::fVec::size();
   m.attr("max_groups") = tandem::kMaxGroups;

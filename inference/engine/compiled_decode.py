@@ -91,7 +91,7 @@ _step = threading.local()
 # wrapper (an aliasing check among others) cost ~10 µs a call, a plain Python kernel ~5.
 # Packings the graphs reach through an opaque op by handle; inductor's GEMM templates take the
 # others (int4, int8) as tensors.
-HANDLE_KINDS = ("fp16", "q8")
+HANDLE_KINDS = ("fp16", "q8", "q4_1")
 TEMPLATE_KINDS = ("int4", "int8")
 torch.library.define("tandem::decode_attention", "(Tensor q, Tensor kv, int layer) -> Tensor")
 
@@ -128,8 +128,8 @@ class _Linear(nn.Module):
     weight-only one for buckets up to `compiled_max_rows` (the projection's eager `max_rows`
     unless CompiledDecode raises it for inductor's templates), the dense packing (or the
     projection's `large` kernel) above; eager calls switch at `max_rows`, the crossover
-    measured at start. fbgemm's fp16 and q8's matrices are called through their opaque ops
-    by handle (`weights/handles.py`), so no package holds them.
+    measured at start. fbgemm's fp16, q8's and q4_1's matrices are called through their opaque
+    ops by handle (`weights/handles.py`), so no package holds them.
     """
 
     def __init__(self, projection: Projection) -> None:

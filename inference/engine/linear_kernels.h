@@ -16,7 +16,15 @@ torch::Tensor q8_linear(const torch::Tensor& x, const torch::Tensor& weight,
 void q8_register(int64_t handle, const torch::Tensor& weight, const torch::Tensor& scales);
 void q8_release(int64_t handle);
 
-// The instructions q8_linear was built for: avx512_vnni, avx512bw, avx2 or scalar.
+// x as for q8_linear; weight uint8 [out, in / 32 · 24], GGUF Q4_1 blocks with float32 d and m
+// (q4_1_linear.cpp). Returns [rows, out] in x's dtype.
+torch::Tensor q4_1_linear(const torch::Tensor& x, const torch::Tensor& weight);
+
+// The matrices `tandem::q4_1_linear(x, handle, out_features)` multiplies by.
+void q4_1_register(int64_t handle, const torch::Tensor& weight);
+void q4_1_release(int64_t handle);
+
+// The instructions q8_linear and q4_1_linear were built for: avx512_vnni, avx512bw, avx2 or scalar.
 const char* q8_instructions();
 
 }  // namespace tandem

@@ -1,13 +1,13 @@
 """The C++ kernels (attention in `decode_attention.cpp` and `chunk_attention.cpp`, the int8
-weight kernel in `q8_linear.cpp`) as one module, built at start by torch's extension loader
-for this CPU's instructions.
+weight kernels in `q8_linear.cpp` and `q4_1_linear.cpp`) as one module, built at start by
+torch's extension loader for this CPU's instructions.
 
 The build (~40 s on two cores, kept under ~/.cache/tandem/extensions in a folder named by a
 hash of the sources, the flags and torch's version, so a change builds anew) needs ninja and
 a C++ compiler. Where it fails, each user of the module says why once and keeps a kernel of
-torch's (`native_attention.py`, `weights/q8.py`). The instructions follow ATen's CPU
-capability, so `ATEN_CPU_CAPABILITY=avx2` (or `default`) builds the AVX2 (scalar) kernels on
-a CPU that has more: the tests run each path on one machine that way.
+torch's (`native_attention.py`, `weights/q8.py`, `weights/q4_1.py`). The instructions follow
+ATen's CPU capability, so `ATEN_CPU_CAPABILITY=avx2` (or `default`) builds the AVX2 (scalar)
+kernels on a CPU that has more: the tests run each path on one machine that way.
 """
 
 from __future__ import annotations
@@ -29,9 +29,16 @@ SOURCES = [
     HERE / "decode_attention.cpp",
     HERE / "chunk_attention.cpp",
     HERE / "q8_linear.cpp",
+    HERE / "q4_1_linear.cpp",
     HERE / "bindings.cpp",  # the module that binds them
 ]
-HEADERS = [HERE / "attention_kernels.h", HERE / "linear_kernels.h", HERE / "vector_rows.h"]
+HEADERS = [
+    HERE / "activation_blocks.h",
+    HERE / "attention_kernels.h",
+    HERE / "linear_kernels.h",
+    HERE / "matrix_registry.h",
+    HERE / "vector_rows.h",
+]
 NAME = "tandem_native"
 # The instruction sets ATen's vector types are written for, as torch builds them.
 CAPABILITY_FLAGS = {

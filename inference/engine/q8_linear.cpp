@@ -9,23 +9,18 @@
 
 #include <torch/extension.h>
 #include <torch/library.h>
-#include <ATen/Parallel.h>
 
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cmath>
-#include <mutex>
-#include <unordered_map>
 #include <utility>
-#include <vector>
 
+#include "activation_blocks.h"
 #include "linear_kernels.h"
+#include "matrix_registry.h"
 
 namespace tandem {
 namespace {
 
-constexpr int64_t kBlock = 32;
 // Output rows a task computes together: each activation block is loaded (and its signs taken)
 // once for them, and their weights stay in L1 for the next row of x.
 constexpr int64_t kTile = 4;
@@ -33,25 +28,6 @@ constexpr int64_t kTile = 4;
 #define AHEAD 8
 #endif
 constexpr int64_t kAhead = AHEAD;
-
-inline float to_float(float v) { return v; }
-inline float to_float(at::BFloat16 v) { return static_cast<float>(v); }
-
-// One row of K values to int8 per block of 32: q = round(x / d), d = max |x| / 127.
-template <typename T>
-void quantize_row(const T* x, int64_t k, int8_t* q, float* scales) {
-  for (int64_t b = 0; b < k / kBlock; ++b) {
-    const T* block = x + b * kBlock;
-    float amax = 0.f;
-    for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(to_float(block[i])));
-    const float d = amax / 127.f;
-    const float inverse = d > 0.f ? 1.f / d : 0.f;
-    for (int64_t i = 0; i < kBlock; ++i) {
-      q[b * kBlock + i] = static_cast<int8_t>(std::nearbyint(to_float(block[i]) * inverse));
-    }
-    scales[b] = d;
-  }
-}
 
 #if defined(__AVX512BW__)
 // Two blocks (64 bytes) of x against two of w: 16 int32 lanes, the first 8 block b's.
@@ -88,13 +64,6 @@ void dot_tile(const int8_t* qx, const float* sx, const int8_t* w, int64_t k, flo
   for (int64_t r = 0; r < Rows; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 #elif defined(__AVX2__)
-inline float sum_lanes(__m256 v) {
-  __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  half = _mm_add_ps(half, _mm_movehl_ps(half, half));
-  half = _mm_add_ss(half, _mm_movehdup_ps(half));
-  return _mm_cvtss_f32(half);
-}
-
 template <int64_t Rows>
 void dot_tile(const int8_t* qx, const float* sx, const int8_t* w, int64_t k, float* out) {
   __m256 acc[Rows];
@@ -136,72 +105,45 @@ template <typename T>
 torch::Tensor q8_linear_typed(const torch::Tensor& x, const torch::Tensor& weight,
                               const torch::Tensor& scales) {
   const int64_t m = x.size(0), k = x.size(1), n = weight.size(0);
-  const int64_t blocks = k / kBlock;
-  std::vector<int8_t> qx(m * k);
-  std::vector<float> sx(m * blocks);
-  const T* xs = x.data_ptr<T>();
-  for (int64_t row = 0; row < m; ++row) {
-    quantize_row(xs + row * k, k, qx.data() + row * k, sx.data() + row * blocks);
-  }
+  const ActivationBlocks blocks(x.data_ptr<T>(), m, k, false);
   auto y = torch::empty({m, n}, x.options());
-  T* ys = y.data_ptr<T>();
   const int8_t* w = weight.data_ptr<int8_t>();
   const float* ws = scales.data_ptr<float>();
-  const int64_t tiles = (n + kTile - 1) / kTile;
-  at::parallel_for(0, tiles, 8, [&](int64_t begin, int64_t end) {
-    float dots[kTile];
-    for (int64_t tile = begin; tile < end; ++tile) {
-      const int64_t first = tile * kTile;
-      const int64_t rows = std::min(kTile, n - first);
-      for (int64_t row = 0; row < m; ++row) {
-        const int8_t* q = qx.data() + row * k;
-        const float* s = sx.data() + row * blocks;
-        if (rows == kTile) {
-          dot_tile<kTile>(q, s, w + first * k, k, dots);
-        } else {
-          for (int64_t r = 0; r < rows; ++r) dot_tile<1>(q, s, w + (first + r) * k, k, dots + r);
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-          ys[row * n + first + r] = static_cast<T>(dots[r] * ws[first + r]);
-        }
-      }
+  over_tiles<kTile, 1>(m, n, y.data_ptr<T>(), [&](int64_t row, int64_t, int64_t first,
+                                                  int64_t rows, float (*group)[kTile]) {
+    const int8_t* q = blocks.row_q(row);
+    const float* s = blocks.row_scales(row);
+    float* dots = group[0];
+    if (rows == kTile) {
+      dot_tile<kTile>(q, s, w + first * k, k, dots);
+    } else {
+      for (int64_t r = 0; r < rows; ++r) dot_tile<1>(q, s, w + (first + r) * k, k, dots + r);
     }
+    for (int64_t r = 0; r < rows; ++r) dots[r] *= ws[first + r];
   });
   return y;
 }
 
-// handle -> (int8 weight, float32 scales): the matrices the compiled step names by number
-// (weights/handles.py), so a graph's call reaches its kernel without Python or the GIL.
-std::mutex matrices_lock;
-std::unordered_map<int64_t, std::pair<torch::Tensor, torch::Tensor>>& matrices() {
-  static std::unordered_map<int64_t, std::pair<torch::Tensor, torch::Tensor>> held;
+// handle -> (int8 weight, float32 scales), for the compiled step's op.
+MatrixRegistry<std::pair<torch::Tensor, torch::Tensor>>& matrices() {
+  static MatrixRegistry<std::pair<torch::Tensor, torch::Tensor>> held("q8_linear");
   return held;
 }
 
 torch::Tensor q8_linear_by_handle(const torch::Tensor& x, int64_t handle, int64_t out_features) {
-  std::pair<torch::Tensor, torch::Tensor> matrix;
-  {
-    std::lock_guard<std::mutex> guard(matrices_lock);
-    auto found = matrices().find(handle);
-    TORCH_CHECK(found != matrices().end(), "q8_linear: no matrix is registered as ", handle);
-    matrix = found->second;
-  }
-  TORCH_CHECK(matrix.first.size(0) == out_features, "q8_linear: matrix ", handle, " has ",
-              matrix.first.size(0), " rows, not ", out_features);
-  return q8_linear(x.contiguous(), matrix.first, matrix.second);
+  const auto [weight, scales] = matrices().get(handle);
+  TORCH_CHECK(weight.size(0) == out_features, "q8_linear: matrix ", handle, " has ",
+              weight.size(0), " rows, not ", out_features);
+  return q8_linear(x.contiguous(), weight, scales);
 }
 
 }  // namespace
 
 void q8_register(int64_t handle, const torch::Tensor& weight, const torch::Tensor& scales) {
-  std::lock_guard<std::mutex> guard(matrices_lock);
-  matrices()[handle] = {weight, scales};
+  matrices().put(handle, {weight, scales});
 }
 
-void q8_release(int64_t handle) {
-  std::lock_guard<std::mutex> guard(matrices_lock);
-  matrices().erase(handle);
-}
+void q8_release(int64_t handle) { matrices().erase(handle); }
 
 torch::Tensor q8_linear(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& scales) {

@@ -137,12 +137,12 @@ def test_q8_projection_under_a_float32_model_takes_fp16_above_its_crossover() ->
 
 def test_a_dropped_q8_matrix_leaves_the_registry() -> None:
     gc.collect()  # earlier tests' matrices leave first
-    before = len(q8._matrices)
+    before = len(q8.OP.matrices)
     matrix = q8.Q8Matrix(*q8.int8_rows(torch.randn(16, 32)))
-    assert len(q8._matrices) == before + 1
+    assert len(q8.OP.matrices) == before + 1
     del matrix
     gc.collect()
-    assert len(q8._matrices) == before
+    assert len(q8.OP.matrices) == before
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
@@ -245,8 +245,9 @@ def test_q8_compiles_through_its_opaque_op(tokenizer, make_engine) -> None:
 
 CHILD = """
 import json, logging, sys, torch
-from inference.engine.weights import choice, q8
+from inference.engine.weights import choice, q4_1, q8
 from tests.engine.test_engine_q8 import reference_q8, tiny
+from tests.engine.test_engine_q4_1 import random_q4, reference_q4_1
 records = []
 logging.basicConfig(level=logging.WARNING, handlers=[logging.StreamHandler(sys.stderr)])
 torch.manual_seed(2)
@@ -254,17 +255,21 @@ q, scales = q8.int8_rows(torch.randn(70, 96))
 x = torch.randn(5, 96)
 y = q8.Q8Matrix(q, scales)(x)
 error = (y.double() - reference_q8(x, q, scales)).abs().max().item()
+matrix = random_q4(70, 96, seed=5)
+y = q4_1.Q41Matrix(matrix.q, matrix.scales, matrix.mins)(x)
+q4_1_error = (y.double() - reference_q4_1(x, matrix)).abs().max().item()
 runner = choice.build_runner(tiny(), "q8", None, max_rows=1 << 20)
 print(json.dumps({"instructions": q8.q8_instructions(), "error": error,
-                  "weights": runner.weights}))
+                  "q4_1_error": q4_1_error, "weights": runner.weights}))
 """
 
 
+@pytest.mark.timeout(900)  # a build of the module for that capability: ~1 min, more on a busy CI
 @pytest.mark.parametrize(("capability", "instructions"), [("avx2", "avx2"), ("default", "scalar")])
 def test_each_instruction_path_computes_the_same(capability, instructions) -> None:
-    """ATen's capability picks the instructions the module is built for: the AVX2 kernel (the
-    path of AVX2-only CPUs) and the plain C++ one (a CPU without AVX2) give the reference's
-    result, and q8 asked for on the plain one warns that it is slow."""
+    """ATen's capability picks the instructions the module is built for: the AVX2 kernels (the
+    path of AVX2-only CPUs) and the plain C++ ones (a CPU without AVX2), q8's and q4_1's, give
+    their references' results, and q8 asked for on the plain one warns that it is slow."""
     if capability == "avx2" and not torch.cpu._is_avx2_supported():
         pytest.skip("this CPU has no AVX2")
     env = {**os.environ, "ATEN_CPU_CAPABILITY": capability, "PYTHONPATH": str(ROOT)}
@@ -279,7 +284,7 @@ def test_each_instruction_path_computes_the_same(capability, instructions) -> No
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["instructions"] == instructions
-    assert found["error"] < 1e-4 and found["weights"] == "q8"
+    assert found["error"] < 1e-4 and found["q4_1_error"] < 1e-4 and found["weights"] == "q8"
     slow = "has no vector instructions on this CPU" in done.stderr
     assert slow == (instructions == "scalar")
 

@@ -4,15 +4,17 @@
 it, float32 elsewhere). `q4` reads the packaged GGUF's Q4_1 tensors into torch's int4 format.
 `int8` rounds the dense weights to int8 per output row for torch's int8 weight-only kernel
 (any model). `q8` rounds them the same way for our own kernel, which rounds the activations
-to int8 too (`q8.py`). Each keeps a second packing and uses its own kernel up to the row count
-where it stops winning, measured at start (`crossover.py`): the dense weights, or for q8 under
-a float32 model fbgemm's fp16 GEMM. `fp16` rounds a float32 model's weights to float16 for
-fbgemm's half-precision GEMM (`fp16.py`), which runs every row count. `auto`, for a float32
-model on the CPU (the CPU lacks native bfloat16), is q8 with fp16 above its crossover when q8
-wins at one row, fp16 otherwise; for a bfloat16 one it is whichever of int8 and q8 is faster
-at one row here, among those that beat the dense weights there; bf16 otherwise (q4 changes
-greedy answers more: docs/engine.md, "Weight formats"). A format that cannot be had falls back
-to bf16 and says why in one log line.
+to int8 too (`q8.py`). `q4_1` multiplies by the packaged GGUF's Q4_1 blocks as they are on our
+own kernel (`q4_1.py`; the lm_head on fp16 or int8, whose activations stay float). Each keeps
+a second packing and uses its own kernel up to the row count where it stops winning, measured
+at start (`crossover.py`): the dense weights, or for q8 and q4_1 under a float32 model fbgemm's fp16
+GEMM. `fp16` rounds a float32 model's weights to float16 for fbgemm's half-precision GEMM
+(`fp16.py`), which runs every row count. `auto` times the weight-only kernels the model can
+have here (q8 for a float32 model, the CPU lacking native bfloat16; int8 and q8 for a bfloat16
+one) and takes the one fastest at one row among those that beat the other packing there; else
+fp16 for a float32 model and bf16 for the rest. q4 (it changes greedy answers more) and q4_1
+(fastest at one row, slower than q8 from two) are opt-in: docs/engine.md, "Weight formats".
+A format that cannot be had falls back to bf16 and says why in one log line.
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ from inference.engine.weights.crossover import (
 )
 from inference.engine.weights.fp16 import fp16_kernel_missing
 from inference.engine.weights.layers import LayerProjections, layer_linears, q4_projection
-from inference.engine.weights.projection import GROUP, Projection, kernel_dtype
+from inference.engine.weights.projection import GROUP, Projection, Q4Matrix, kernel_dtype
 from inference.engine.weights.q4 import read_layers
+from inference.engine.weights.q4_1 import q4_1_kernel_missing
 from inference.engine.weights.q8 import BLOCK, q8_instructions, q8_kernel_missing
 
 log = logging.getLogger(__name__)
 
-CHOICES = ("auto", "bf16", "q4", "int8", "q8", "fp16")
+CHOICES = ("auto", "bf16", "q4", "int8", "q8", "q4_1", "fp16")
 
 
 def int4_kernel_missing() -> str | None:
@@ -122,13 +125,13 @@ def int8_layers(model: PreTrainedModel, max_rows: int) -> list[LayerProjections]
     return layers
 
 
-def q8_missing(model: PreTrainedModel) -> str | None:
-    """None when the q8 kernel can run this model's linears here, else why not."""
+def blocks_missing(model: PreTrainedModel, kernel: str) -> str | None:
+    """None when our int8 kernels (q8, q4_1) can take this model's rows, else why not."""
     parameter = next(model.parameters())
     if parameter.device.type != "cpu":
-        return "the q8 kernel is a CPU one and the model is not on the CPU"
+        return f"the {kernel} kernel is a CPU one and the model is not on the CPU"
     if parameter.dtype not in (torch.float32, torch.bfloat16):
-        return f"q8 takes float32 or bfloat16 rows and the model is in {parameter.dtype}"
+        return f"{kernel} takes float32 or bfloat16 rows and the model is in {parameter.dtype}"
     widths = {
         p.in_features
         for layer in model.model.layers
@@ -136,8 +139,22 @@ def q8_missing(model: PreTrainedModel) -> str | None:
         if isinstance(p, torch.nn.Linear)
     }
     if any(width % BLOCK for width in widths):
-        return f"q8 takes inputs in blocks of {BLOCK} and the model has widths {sorted(widths)}"
-    return q8_kernel_missing()
+        return (
+            f"{kernel} takes inputs in blocks of {BLOCK} and the model has widths {sorted(widths)}"
+        )
+    return None
+
+
+def q8_missing(model: PreTrainedModel) -> str | None:
+    """None when the q8 kernel can run this model's linears here, else why not."""
+    return blocks_missing(model, "q8") or q8_kernel_missing()
+
+
+def q4_1_missing(model: PreTrainedModel, gguf: Path | None) -> str | None:
+    """None when the q4_1 kernel can run this model's linears from its GGUF, else why not."""
+    if gguf is None:
+        return "the model is not the packaged GGUF (a local HF directory has no Q4_1 weights)"
+    return blocks_missing(model, "q4_1") or q8_kernel_missing() or q4_1_kernel_missing()
 
 
 def q8_projections(model: PreTrainedModel) -> tuple[list[LayerProjections], Projection]:
@@ -156,6 +173,48 @@ def q8_projections(model: PreTrainedModel) -> tuple[list[LayerProjections], Proj
     head = model.lm_head
     bias = None if head.bias is None else head.bias.detach()
     return layers, Projection.from_dense_q8(head.weight.detach(), bias, 0, large)
+
+
+def q4_1_projections(
+    model: PreTrainedModel, gguf: Path
+) -> tuple[list[LayerProjections], Projection]:
+    """Every decoder projection from the GGUF's Q4_1 blocks (a fused one with a part of
+    another kind on q8), with fbgemm's fp16 GEMM above the crossover under a float32 model,
+    the dense weights otherwise; the lm_head on a kernel that keeps its activations in
+    floating point (`float_head`).
+
+    Raises ValueError when the GGUF does not fit the model.
+    """
+    large = fp16_missing(model) is None
+    layers = []
+    for layer, parts in zip(model.model.layers, read_layers(gguf, model), strict=True):
+        dense = vars(LlamaRunner.dense_layer(layer))
+        built = {}
+        for name, p in dense.items():
+            if all(isinstance(part, Q4Matrix) for part in parts[name]):
+                matrix = Q4Matrix.cat(parts[name])
+                built[name] = Projection.from_q4_1(matrix, p.dense, p.bias, large)
+            else:
+                built[name] = Projection.from_dense_q8(p.dense, p.bias, 0, large)
+        layers.append(LayerProjections(**built))
+    return layers, float_head(model)
+
+
+def float_head(model: PreTrainedModel) -> Projection:
+    """The lm_head on fbgemm's fp16 GEMM (float32 model) or torch's int8 kernel on bfloat16
+    rows, q8 where neither runs: its activations are not rounded to int8.
+
+    The first reply token to the canonical question is a near-tie (0.08 logits apart in
+    float32); under q4_1's exact layers the head's int8 activations alone tip it (to
+    "L'Étoile"), where fp16 of the same weights does not. +1 byte a head weight on a float32
+    model (28 MB a step for SmolLM2)."""
+    head = model.lm_head
+    bias = None if head.bias is None else head.bias.detach()
+    if fp16_missing(model) is None:
+        return Projection.from_fp16(head.weight.detach(), bias)
+    if int8_missing(model) is None:
+        return int8_head(model)
+    return Projection.from_dense_q8(head.weight.detach(), bias, 0, large=False)
 
 
 def q4_missing(model: PreTrainedModel, gguf: Path | None) -> str | None:
@@ -247,32 +306,23 @@ def build_runner(
         raise ValueError(f"TANDEM_WEIGHTS must be one of {', '.join(CHOICES)}, not {setting!r}.")
     if setting == "bf16":
         return runner_for(model)
-    float32 = next(model.parameters()).dtype == torch.float32
-    if setting == "auto" and not float32:
-        return auto_dense_runner(model, max_rows, cache)
-    if setting in ("q8", "auto"):
-        missing = q8_missing(model)
+    if setting == "auto":
+        return auto_runner(model, max_rows, cache)
+    if setting in ("q8", "q4_1"):
+        missing = q8_missing(model) if setting == "q8" else q4_1_missing(model, gguf)
         if missing is None:
-            layers, head = q8_projections(model)
-            if with_crossover(layers, head, "q8", max_rows, cache)[0] > 0 or setting == "q8":
-                if setting == "q8" and q8_instructions() == "scalar":
-                    log.warning(
-                        "weights: q8's kernel has no vector instructions on this CPU "
-                        "(it needs AVX2 at least) and runs slowly; fp16 or bf16 is faster"
-                    )
-                return LlamaRunner(model, layers, weights="q8", head=head)
-            missing = "its kernel is slower than the other packing at one row here"
-        if setting == "q8":
-            log.warning("weights: q8 unavailable, using the dense weights: %s", missing)
-            return runner_for(model)
-        log.info("weights: q8 not taken: %s", missing)
-    if setting in ("auto", "fp16"):
+            try:
+                return own_kernel_runner(model, setting, gguf, max_rows, cache)
+            except (ValueError, OSError) as exc:
+                missing = f"{gguf.name} does not fit the model: {exc}"
+        log.warning("weights: %s unavailable, using the dense weights: %s", setting, missing)
+        return runner_for(model)
+    if setting == "fp16":
         missing = fp16_missing(model)
         if missing is None:
             return fp16_runner(model)
-        if setting == "fp16":
-            log.warning("weights: fp16 unavailable, using the dense weights: %s", missing)
-            return runner_for(model)
+        log.warning("weights: fp16 unavailable, using the dense weights: %s", missing)
+        return runner_for(model)
     if setting == "int8":
         missing = int8_missing(model)
         if missing is None:
@@ -293,39 +343,71 @@ def build_runner(
     return runner_for(model)
 
 
-def auto_dense_runner(
+def own_kernel_runner(
+    model: PreTrainedModel,
+    weights: str,
+    gguf: Path | None,
+    max_rows: int | None,
+    cache: CompileCache | None,
+) -> LlamaRunner:
+    """The runner on q8 or q4_1 with its crossover set (warning when the kernel was built
+    without vector instructions, where it is slow)."""
+    layers, head = q8_projections(model) if weights == "q8" else q4_1_projections(model, gguf)
+    with_crossover(layers, head, weights, max_rows, cache)
+    if q8_instructions() == "scalar":
+        log.warning(
+            "weights: %s's kernel has no vector instructions on this CPU (it needs AVX2 at "
+            "least) and runs slowly; fp16 or bf16 is faster",
+            weights,
+        )
+    return LlamaRunner(model, layers, weights=weights, head=head)
+
+
+def auto_runner(
     model: PreTrainedModel, max_rows: int | None, cache: CompileCache | None
 ) -> LlamaRunner:
-    """auto for a model not in float32 (bfloat16 on CPUs that have it): of int8 and q8, each
-    with the dense weights above its crossover, the one faster at one row here (int8 at a tie
-    or when neither was timed); the dense weights where neither wins at one row."""
-    candidates: list[tuple[float, str, list[LayerProjections], Projection]] = []
-    reasons = []
-    for name, missing, build in (
-        ("int8", int8_missing(model), lambda: (int8_layers(model, 0), int8_head(model))),
-        ("q8", q8_missing(model), lambda: q8_projections(model)),
-    ):
-        if missing is not None:
-            reasons.append(f"{name}: {missing}")
+    """auto: of the weight-only kernels this model can have here (q8, and int8 for a model not
+    in float32), each with the other packing above its crossover, the one faster at one row
+    (the first at a tie, or when none was timed); built one at a time, so a loser's matrices
+    are freed before the next is built. Where none wins at one row, fp16 for a float32 model
+    (where fbgemm runs), else bf16.
+
+    q4_1 is not among them: it wins at one row but loses to q8 from two (its nibbles are
+    unpacked per row of x), so it would slow every step of more than one stream below its
+    crossover (docs/engine.md, "Weight formats")."""
+    float32 = next(model.parameters()).dtype == torch.float32
+    candidates = {
+        "int8": (lambda: int8_missing(model), lambda: (int8_layers(model, 0), int8_head(model))),
+        "q8": (lambda: q8_missing(model), lambda: q8_projections(model)),
+    }
+    if float32:  # int8 takes bfloat16 rows, which such a CPU emulates
+        del candidates["int8"]
+    best: tuple[float, str, list[LayerProjections], Projection] | None = None
+    timed, reasons = [], []
+    for name, (missing, build) in candidates.items():
+        why = missing()
+        if why is not None:
+            reasons.append(f"{name}: {why}")
             continue
         layers, head = build()
         rows, one_row = with_crossover(layers, head, name, max_rows, cache)
-        if rows > 0:
-            candidates.append(
-                (one_row if one_row is not None else len(candidates), name, layers, head)
+        if rows == 0:
+            reasons.append(f"{name}: its kernel is slower than the other packing at one row here")
+            continue
+        score = one_row if one_row is not None else len(timed)
+        timed.append(f"{name} {score}")
+        if best is None or score < best[0]:
+            best = (score, name, layers, head)
+        del layers, head
+    if best is not None:
+        if len(timed) > 1:
+            log.info(
+                "weights: %s taken, faster at one row here (layer time / other: %s)",
+                best[1],
+                ", ".join(timed),
             )
-        else:
-            reasons.append(
-                f"{name}: its kernel is slower than the dense one at every row count here"
-            )
-    if not candidates:
-        log.info("weights: int8 unavailable, using the dense weights: %s", "; ".join(reasons))
-        return runner_for(model)
-    _, name, layers, head = min(candidates, key=lambda c: c[0])
-    if len(candidates) > 1:
-        log.info(
-            "weights: %s taken, faster at one row here (layer time / dense: %s)",
-            name,
-            ", ".join(f"{c[1]} {c[0]}" for c in candidates),
-        )
-    return LlamaRunner(model, layers, weights=name, head=head)
+        return LlamaRunner(model, best[2], weights=best[1], head=best[3])
+    log.info("weights: no weight-only kernel taken: %s", "; ".join(reasons))
+    if float32 and fp16_missing(model) is None:
+        return fp16_runner(model)
+    return runner_for(model)

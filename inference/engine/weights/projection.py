@@ -6,8 +6,9 @@ memory bound), but they dequantize per row tile and lose to the dense bf16 GEMM 
 rows share each weight read. A q4 or int8 projection therefore keeps both packings of the
 same weights (the dense one is the quantized values in the compute dtype) and picks the
 kernel by the rows of each call. An fp16 projection (fbgemm's half-precision GEMM, `fp16.py`)
-uses its one kernel at every row count. A q8 one (`q8.py`) under a float32 model takes fbgemm's
-fp16 GEMM above its crossover (`large`): the float32 GEMM would read twice the bytes.
+uses its one kernel at every row count. A q8 (`q8.py`) or q4_1 (`q4_1.py`) one under a float32
+model takes fbgemm's fp16 GEMM above its crossover (`large`): the float32 GEMM would read twice
+the bytes.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ import torch
 import torch.nn.functional as F
 
 from inference.engine.weights.fp16 import Fp16Matrix
+from inference.engine.weights.q4_1 import Q41Matrix
 from inference.engine.weights.q8 import Q8Matrix, int8_rows
 
 GROUP = 32
 ZERO_POINT = 8
 # The packing of a weight-only kernel: ("int4", (packed, scales_and_zeros)), ("int8", (int8
-# weights, per-row scales)), ("fp16", fbgemm's packed matrix) or ("q8", int8 rows by handle).
-Packing = tuple[str, tuple[torch.Tensor, torch.Tensor] | Fp16Matrix | Q8Matrix]
+# weights, per-row scales)), ("fp16", fbgemm's packed matrix), ("q8", int8 rows by handle) or
+# ("q4_1", Q4_1 blocks by handle).
+Kernel = Fp16Matrix | Q8Matrix | Q41Matrix
+Packing = tuple[str, tuple[torch.Tensor, torch.Tensor] | Kernel]
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class Q4Matrix:
 
 
 class Projection:
-    """y = x Wᵀ (+ b): a weight-only kernel (int4, int8, q8) up to `max_rows`, dense above.
+    """y = x Wᵀ (+ b): a weight-only kernel (int4, int8, q8, q4_1) up to `max_rows`, dense above.
 
     `small` is the packing the weight-only kernel reads (`Packing`); None for a dense-only
     projection. `large`, when given, is the kernel above `max_rows` in place of the dense GEMM.
@@ -135,6 +139,20 @@ class Projection:
         return cls(matrix.dequantize().to(weight.dtype), bias, ("q8", matrix), max_rows)
 
     @classmethod
+    def from_q4_1(
+        cls, matrix: Q4Matrix, dense: torch.Tensor, bias: torch.Tensor | None, large: bool
+    ) -> Projection:
+        """The GGUF's Q4_1 blocks for the q4_1 kernel (`q4_1.py`); `dense` is the model's own
+        fused weight (the same values, dequantized by the loader), no copy of it.
+
+        With `large` (a float32 model) fbgemm's fp16 GEMM of `dense` runs above `max_rows`;
+        otherwise `dense` itself (bfloat16: the GGUF's values rounded to 8 bits of mantissa).
+        """
+        kernel = Q41Matrix(matrix.q, matrix.scales, matrix.mins)
+        fp16 = Fp16Matrix(dense) if large else None
+        return cls(dense, bias, ("q4_1", kernel), 0, large=fp16)
+
+    @classmethod
     def from_fp16(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> Projection:
         """fbgemm's fp16 GEMM at every row count (`max_rows` unbounded). The dense packing is
         the float32 weight itself, kept for its shape and for `dense_mm` (tests): it is not
@@ -174,16 +192,16 @@ def kernel_dtype(compute: torch.dtype) -> torch.dtype:
 def small_kernel(
     x: torch.Tensor,
     kind: str,
-    packing: tuple[torch.Tensor, torch.Tensor] | Fp16Matrix | Q8Matrix,
+    packing: tuple[torch.Tensor, torch.Tensor] | Kernel,
     bias: torch.Tensor | None,
 ) -> torch.Tensor:
     """torch's int4 (group 32) or int8 (per row) weight-only matmul, fbgemm's fp16 GEMM or
-    the q8 kernel, plus the bias.
+    the q8 or q4_1 kernel, plus the bias.
 
     The int4/int8 rows go in the packing's dtype (its scales'), the result comes back in
-    theirs; fp16 takes and gives float32, q8 float32 or bfloat16.
+    theirs; fp16 takes and gives float32, q8 and q4_1 float32 or bfloat16.
     """
-    if kind in ("fp16", "q8"):
+    if kind in ("fp16", "q8", "q4_1"):
         y = packing(x)
         return y if bias is None else y + bias
     weight, scales = packing

@@ -8,30 +8,19 @@ int8 rounds them) and rounds each row of activations to int8 per block of 32 wit
 own, llama.cpp's Q8_0 scheme: a block's products are summed in int32 by the CPU's int8 dot
 product, so no weight is ever widened to float. Built for the instructions the CPU has (AVX2,
 AVX-512BW, AVX-512 VNNI; plain C++ without AVX2, where it is slow and `auto` does not take it).
-
-Its matrices reach the compiled step by handle (`handles.py`), as fbgemm's do, so no bucket's
-package holds a copy of them; the op and its registry of matrices are C++ (`q8_linear.cpp`), so
-a graph's call runs without taking the GIL, which an HTTP server's event loop holds often.
+Its matrices are called by handle (`native_op.py`).
 """
 
 from __future__ import annotations
 
-from functools import cache
-
 import torch
 
 from inference.engine.native_build import native_module
-from inference.engine.weights.handles import Registry
+from inference.engine.weights.native_op import NativeOp
 
 BLOCK = 32
-
-
-def _released(handle: int) -> None:
-    native_module().q8_release(handle)
-
-
 # handle -> (int8 weight [out, in], float32 scales [out]), also held by the C++ op
-_matrices: Registry[tuple[torch.Tensor, torch.Tensor]] = Registry(_released)
+OP = NativeOp("q8")
 
 
 def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,25 +47,6 @@ def q8_instructions() -> str:
     return native_module().q8_instructions
 
 
-@cache
-def _op_ready() -> None:
-    """The C++ op `tandem::q8_linear(x, handle, out_features)` registered (by loading the
-    module) and given its shape function for tracing; once a process."""
-    native_module()
-
-    @torch.library.register_fake("tandem::q8_linear")
-    def _shape(x: torch.Tensor, handle: int, out_features: int) -> torch.Tensor:
-        return x.new_empty(x.shape[0], out_features)
-
-
-def _registered(handle: int, q: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The matrix in the C++ registry under `handle`, and as Python holds it."""
-    _op_ready()
-    q, scales = q.contiguous(), scales.float().contiguous()
-    native_module().q8_register(handle, q, scales)
-    return q, scales
-
-
 class Q8Matrix:
     """One [out, in] weight as int8 rows with float32 scales (no bias: the caller adds it, as
     for the other kernels)."""
@@ -85,9 +55,7 @@ class Q8Matrix:
         if q.shape[1] % BLOCK:
             raise ValueError(f"q8 takes inputs in blocks of {BLOCK}, not {q.shape[1]}")
         self.out_features, self.in_features = q.shape
-        self.handle, (self.q, self.scales) = _matrices.hold(
-            self, [q, scales], lambda handle: _registered(handle, q, scales)
-        )
+        self.handle, (self.q, self.scales) = OP.hold(self, [q, scales.float()])
 
     def dequantize(self) -> torch.Tensor:
         """float32 [out, in]: the weights this kernel multiplies by."""
@@ -95,6 +63,4 @@ class Q8Matrix:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [rows, in] -> [rows, out] in x's dtype (float32 or bfloat16)."""
-        if torch.compiler.is_compiling():
-            return torch.ops.tandem.q8_linear(x, self.handle, self.out_features)
-        return native_module().q8_linear(x.contiguous(), self.q, self.scales)
+        return OP(x, self.handle, self.out_features, (self.q, self.scales))
