@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from bench.weights_quality import TEXT, perplexity
 from inference.engine import SamplingParams
@@ -27,6 +28,7 @@ from tests.engine.helpers import (
     canonical_answer,
     compiled_matches_eager,
     hf_greedy,
+    tiny_config,
 )
 from tests.engine.test_engine_q4 import Q4_1, tiny_q4
 
@@ -197,10 +199,16 @@ def test_auto_leaves_q4_1_opt_in(tmp_path, monkeypatch) -> None:
     assert set(timed) == {"q8"}
 
 
-def test_q4_1_without_the_gguf_falls_back_and_says_why(tiny_model, caplog) -> None:
+def test_q4_1_without_a_fitting_gguf_falls_back_and_says_why(tmp_path, tiny_model, caplog):
+    _, path = tiny_q4(tmp_path)
+    torch.manual_seed(0)
+    other = LlamaForCausalLM(LlamaConfig(**tiny_config(intermediate_size=256)))
     with caplog.at_level(logging.WARNING, logger=choice.__name__):
         assert build_runner(tiny_model, "q4_1", None).weights == "bf16"
-    assert "q4_1 unavailable" in caplog.text and "not the packaged GGUF" in caplog.text
+        assert build_runner(other, "q4_1", path).weights == "bf16"
+    said = [r.getMessage() for r in caplog.records if "q4_1 unavailable" in r.getMessage()]
+    assert len(said) == 2 and "not the packaged GGUF" in said[0]
+    assert "tiny.Q4_1.gguf does not fit the model" in said[1]
 
 
 def test_q4_1_compiles_through_its_opaque_op(tmp_path, tokenizer, make_engine) -> None:

@@ -313,8 +313,12 @@ def build_runner(
         if missing is None:
             try:
                 return own_kernel_runner(model, setting, gguf, max_rows, cache)
-            except (ValueError, OSError) as exc:
-                missing = f"{gguf.name} does not fit the model: {exc}"
+            except (ValueError, OSError) as exc:  # read_layers: the GGUF's tensors
+                missing = (
+                    f"{gguf.name} does not fit the model: {exc}"
+                    if gguf is not None
+                    else f"the weights do not fit the kernel: {exc}"
+                )
         log.warning("weights: %s unavailable, using the dense weights: %s", setting, missing)
         return runner_for(model)
     if setting == "fp16":
