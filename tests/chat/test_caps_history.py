@@ -2,8 +2,11 @@
 
 On PostgreSQL (run with DATABASE_URL=postgres://…; skipped on SQLite): a user with 400
 finished conversations and one reply in progress. Every statement `caps.replies_in_flight`
-runs is EXPLAINed with its buffers: together they read a few pages, and chat_message only by
-its primary key. The count it replaces joined the user's conversations, messages and parts
+runs is EXPLAINed: the parts are read through the partial index of those in flight, chat_message
+and chat_conversation only by their primary keys, none of the three scanned whole. (Their
+buffers are not bounded here: on a server with autovacuum off, as this one, the partial index
+keeps the entries of rows other tests wrote and rolled back, and a bitmap scan reads their
+pages.) The count it replaces joined the user's conversations, messages and parts
 and so read every reply the user ever had; on tables never analyzed (the soak's server runs
 with autovacuum off) the planner turned it, past ~10,000 turns, into a scan of every
 assistant message against every conversation of the user: 0.2-0.7 s per call, twice per
@@ -21,9 +24,6 @@ from chat.models import UNFINISHED_STATES, Conversation, Message, Part
 
 CONVERSATIONS = 400
 TURNS = 4
-# Pages the count may read: the partial index and heap page of the parts in flight, then a
-# primary-key lookup of each of their messages and conversations, and the API requests.
-MOST_BUFFERS = 40
 
 
 def history(owner, conversations: int) -> None:
@@ -113,9 +113,9 @@ def test_the_count_reads_the_replies_in_flight_not_the_history(alice, bob):
         assert caps.replies_in_flight(alice.pk) == 1
     executed = plans(captured.captured_queries)
 
-    read = sum(p.get("Shared Hit Blocks", 0) + p.get("Shared Read Blocks", 0) for p in executed)
-    assert read <= MOST_BUFFERS, f"{read} buffers for 1 reply in flight"
     scans = [node for plan in executed for node in nodes(plan)]
+    assert ways_read(scans, "chat_part") == {"part_unfinished"}
     assert ways_read(scans, "chat_message") <= {"chat_message_pkey"}
+    assert ways_read(scans, "chat_conversation") <= {"chat_conversation_pkey"}
     seq_scans = [n["Relation Name"] for n in scans if n["Node Type"] == "Seq Scan"]
     assert not {"chat_message", "chat_part", "chat_conversation"} & set(seq_scans), seq_scans
