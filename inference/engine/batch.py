@@ -41,6 +41,9 @@ class StepBatch:
     # prompt there (`Engine._cut_in`). True abandons the step (StepInterrupted): that
     # prompt's step moved the cache's rows. None: nothing runs inside the step.
     interrupt: Callable[[int], bool] | None = None
+    # The engine's flag, set when a request arrives: `interrupt` need only be asked while it
+    # is set (the compiled step's C++ attention op reads it between layers).
+    arrivals: object | None = None
 
     @property
     def num_tokens(self) -> int:

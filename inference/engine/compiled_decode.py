@@ -6,14 +6,16 @@ set its time. Inductor with freezing treats the weights as constants (oneDNN-pre
 linears, fused elementwise work) and runs the whole layer stack as one generated function.
 
 What cannot be static is attention: it reads a KV cache whose lengths change every step.
-So it is an opaque custom op (`tandem::decode_attention`) that the graph calls once per
-layer; the op runs the step's own `attend` (the runner's: write K/V into the cache, grouped
-decode attention, causal attention per prompt chunk), which the caller sets in
-`StepContext` around the call. A step's rows (decode tokens and prompt chunks together) are
-padded up to a bucket (1 … 512): shapes are static, and steps with more rows (long prompts)
-run eagerly. Each bucket is exported and compiled ahead of time into a package kept on disk
-(`compile_cache.py`), so a restart loads it in under a second; a bucket serves steps as soon as
-it is loaded or built, the one-row bucket first, and eager steps stand in for the rest.
+So it is an opaque custom op that the graph calls once per layer: `tandem::step_attention`
+in C++ where the module is built (step_attention.py), else `tandem::decode_attention` here.
+The op runs the step's own `attend` (the runner's: write K/V into the cache, grouped decode
+attention, causal attention per prompt chunk), which the caller sets in `StepContext` around
+the call; the C++ op runs a view step's attention itself, without the GIL. A step's rows
+(decode tokens and prompt chunks together) are padded up to a bucket (1 … 512): shapes are
+static, and steps with more rows (long prompts) run eagerly. Each bucket is exported and
+compiled ahead of time into a package kept on disk (`compile_cache.py`), so a restart loads
+it in under a second; a bucket serves steps as soon as it is loaded or built, the one-row
+bucket first, and eager steps stand in for the rest.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from inference.engine.batch import PrefillChunk, StepBatch
 from inference.engine.compile_cache import RUNNERS, CompileCache, platform_key, tensors_digest
 from inference.engine.errors import StepInterrupted
 from inference.engine.kv_cache import KVCache
+from inference.engine.step_attention import ViewStep, step_context, step_op
 from inference.engine.timing import fastest_seconds
 from inference.engine.weights.projection import Projection, small_kernel
 
@@ -70,6 +73,10 @@ class StepPlan:
     attend: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
     device: torch.device
     interrupt: Callable[[int], bool] | None = None
+    # The engine's arrival flag (set: a newcomer may cut in before a layer), and for a view
+    # step what the C++ op needs to attend without calling `attend` (step_attention.py).
+    arrivals: object | None = None
+    view: ViewStep | None = None
 
 
 @dataclass(slots=True)
@@ -96,7 +103,6 @@ TEMPLATE_KINDS = ("int4", "int8")
 torch.library.define("tandem::decode_attention", "(Tensor q, Tensor kv, int layer) -> Tensor")
 
 
-@torch.library.impl("tandem::decode_attention", "CompositeExplicitAutograd")
 def _decode_attention(q: torch.Tensor, kv: torch.Tensor, layer: int) -> torch.Tensor:
     """Write the real rows' K/V into the cache and attend; padded rows come back as zeros.
 
@@ -114,6 +120,10 @@ def _decode_attention(q: torch.Tensor, kv: torch.Tensor, layer: int) -> torch.Te
     if rows == q.shape[0]:
         return out
     return torch.cat([out, out.new_zeros(q.shape[0] - rows, out.shape[1])])
+
+
+# The Python op, and the C++ op's way back to Python (step_attention.cpp).
+torch.library.impl("tandem::decode_attention", "CompositeExplicitAutograd")(_decode_attention)
 
 
 @torch.library.register_fake("tandem::decode_attention")
@@ -185,6 +195,7 @@ class DecodeModel(nn.Module):
         self.num_heads = runner.num_heads
         self.num_kv_heads = runner.num_kv_heads
         self.head_dim = runner.head_dim
+        self.attention_op = step_op() or torch.ops.tandem.decode_attention
 
     def forward(
         self, ids: torch.Tensor, positions: torch.Tensor, pick: torch.Tensor
@@ -201,7 +212,7 @@ class DecodeModel(nn.Module):
             k = k.view(rows, self.num_kv_heads, self.head_dim)
             q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
             kv = torch.cat([k.reshape(rows, -1), v], dim=-1)
-            attended = torch.ops.tandem.decode_attention(q.reshape(rows, -1), kv, index)
+            attended = self.attention_op(q.reshape(rows, -1), kv, index)
             hidden = hidden + lin["o"](attended)
             gate, up = lin["gate_up"](layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
             hidden = hidden + lin["down"](layer.mlp.act_fn(gate) * up)
@@ -258,8 +269,12 @@ def run_stack(
     outer = getattr(_step, "context", None)  # a step a newcomer's runs inside
     context = StepContext(step.attend, real, step.interrupt)
     _step.context = context
+    # Without the flag a step that may be cut into keeps every layer on `attend`.
+    arrivals = step.arrivals if step.interrupt is not None else None
+    view = step.view if step.interrupt is None or arrivals is not None else None
     try:
-        logits = stack(ids, positions, pick)
+        with step_context(real, _decode_attention, arrivals, view):
+            logits = stack(ids, positions, pick)
     except Exception:
         if context.raised is not None:
             raise context.raised from None

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from inference.engine.pacing import PrefillPacer
     from inference.engine.scheduler import Scheduler
     from inference.engine.stats import Counters
+    from inference.engine.step_attention import ArrivalFlag
 
 
 class CutIn:
@@ -36,7 +37,7 @@ class CutIn:
     pacer: PrefillPacer
     _lock: threading.Lock
     _counts: Counters
-    _arrived: bool
+    _arrived: ArrivalFlag
     _paused_seconds: float
     _run: Callable[[StepBatch], None]
     _fail_batch: Callable[[StepBatch, Exception], None]
@@ -61,10 +62,10 @@ class CutIn:
         step (decoders wait for one at most), and not while a burst's requests still start
         together (`burst_pending`).
         """
-        if not self._arrived or batch.interrupt is None:
+        if not self._arrived.is_set() or batch.interrupt is None:
             return False
         with self._lock:
-            self._arrived = False
+            self._arrived.clear()
             if self.scheduler.burst_pending():
                 return False
             version = self.cache.layout_version

@@ -43,6 +43,7 @@ from inference.engine.sampling import (
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import EventCallback, Request, Sequence, Status, prepare_sequence
 from inference.engine.stats import Counters, EngineStats, snapshot
+from inference.engine.step_attention import ArrivalFlag
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class Engine(CutIn, Closing):
         self._wake = threading.Condition(self._lock)
         self._active: dict[str, Sequence] = {}
         self._cancels: set[str] = set()
-        self._arrived = False
+        self._arrived = ArrivalFlag()
         self._paused_seconds = 0.0  # time steps spent running a newcomer's step inside
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -193,7 +194,7 @@ class Engine(CutIn, Closing):
             self.scheduler.add(sequences)
             for seq in sequences:
                 self._active[seq.request_id] = seq
-            self._arrived = True
+            self._arrived.set()
             self._wake.notify_all()
         return ids
 
@@ -309,7 +310,7 @@ class Engine(CutIn, Closing):
             self._pacer_seeded = seed_pacer(self.pacer, self.runner)
         decoders = self.scheduler.decoders()
         with self._lock:
-            self._arrived = False
+            self._arrived.clear()
             if self.scheduler.burst_pending():
                 batch = self.scheduler.schedule()
             else:
@@ -322,6 +323,7 @@ class Engine(CutIn, Closing):
                     batch = self.scheduler.schedule(tokens, keys)
                     if batch is not None and not after_alone:
                         batch.interrupt = partial(self._cut_in, batch)
+                        batch.arrivals = self._arrived
         if batch is not None:
             self._admitted(batch)
         return batch

@@ -43,6 +43,7 @@ from inference.engine.kv_cache import KVCache, KVSpec
 from inference.engine.native_attention import ChunkKernel, native_chunk_kernel, native_kernel
 from inference.engine.openmp import release_thread_pool
 from inference.engine.scheduler import MIN_CHUNK
+from inference.engine.step_attention import ViewStep, is_native_kernel
 from inference.engine.timing import fastest_seconds
 from inference.engine.weights.layers import LayerProjections, dense_projection, layer_linears
 from inference.engine.weights.projection import Projection
@@ -216,7 +217,17 @@ class LlamaRunner:
         lone = decode[0] if len(decode) == 1 and not batch.chunks else None
         if lone is not None and lone.rows is None and lone.scatter is None:
             view = self._view_attend(cache, cache_rows, lone, kernel)
-            return StepPlan(token_ids, positions, logit_rows, view, device, batch.interrupt)
+            native = self._view_step(cache, cache_rows, lone) if is_native_kernel(kernel) else None
+            return StepPlan(
+                token_ids,
+                positions,
+                logit_rows,
+                view,
+                device,
+                batch.interrupt,
+                batch.arrivals,
+                native,
+            )
 
         def attend(q: torch.Tensor, kv: torch.Tensor, layer: int) -> torch.Tensor:
             """Write the rows' K/V into the cache, then attend: [rows, heads * head_dim]."""
@@ -241,7 +252,9 @@ class LlamaRunner:
                 offset += size
             return (parts[0] if len(parts) == 1 else torch.cat(parts)).to(dtype)
 
-        return StepPlan(token_ids, positions, logit_rows, attend, device, batch.interrupt)
+        return StepPlan(
+            token_ids, positions, logit_rows, attend, device, batch.interrupt, batch.arrivals
+        )
 
     def _view_attend(
         self, cache: KVCache, cache_rows: torch.Tensor, group: DecodeGroup, kernel: Kernel
@@ -267,6 +280,18 @@ class LlamaRunner:
             return out if model_dtype == dtype else out.to(model_dtype)
 
         return attend
+
+    def _view_step(self, cache: KVCache, cache_rows: torch.Tensor, group: DecodeGroup) -> ViewStep:
+        """What the step's C++ attention op needs to do `_view_attend`'s work itself."""
+        return ViewStep(
+            cache.storage,
+            cache_rows,
+            group.visible,
+            group.span,
+            group.longest,
+            self.groups,
+            self.scaling,
+        )
 
     def compile_decode(
         self, buckets: tuple[int, ...] = BUCKETS, cache_dir: Path | None = None

@@ -1,5 +1,6 @@
-"""The C++ kernels (attention in `decode_attention.cpp` and `chunk_attention.cpp`, the int8
-weight kernels in `q8_linear.cpp` and `q4_1_linear.cpp`) as one module, built at start by
+"""The C++ kernels (attention in `decode_attention.cpp` and `chunk_attention.cpp`, the compiled
+step's attention op in `step_attention.cpp`, the int8 weight kernels in `q8_linear.cpp` and
+`q4_1_linear.cpp`) as one module, built at start by
 torch's extension loader for this CPU's instructions.
 
 The build (~40 s on two cores, kept under ~/.cache/tandem/extensions in a folder named by a
@@ -30,6 +31,7 @@ SOURCES = [
     HERE / "chunk_attention.cpp",
     HERE / "q8_linear.cpp",
     HERE / "q4_1_linear.cpp",
+    HERE / "step_attention.cpp",
     HERE / "bindings.cpp",  # the module that binds them
 ]
 HEADERS = [
@@ -37,6 +39,7 @@ HEADERS = [
     HERE / "attention_kernels.h",
     HERE / "linear_kernels.h",
     HERE / "matrix_registry.h",
+    HERE / "step_attention.h",
     HERE / "vector_rows.h",
 ]
 NAME = "tandem_native"

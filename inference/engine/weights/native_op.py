@@ -8,12 +8,25 @@ runs without taking the GIL, which an HTTP server's event loop holds often.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cached_property
+from functools import cache
 
 import torch
 
 from inference.engine.native_build import native_module
 from inference.engine.weights.handles import Registry
+
+
+@cache
+def linear_op(kernel: str) -> Callable:
+    """The C++ op `tandem::<kernel>_linear`, registered by loading the module, given its shape
+    function for tracing; once a process."""
+    native_module()
+
+    @torch.library.register_fake(f"tandem::{kernel}_linear")
+    def _shape(x: torch.Tensor, handle: int, out_features: int) -> torch.Tensor:
+        return x.new_empty(x.shape[0], out_features)
+
+    return getattr(torch.ops.tandem, f"{kernel}_linear")
 
 
 class NativeOp:
@@ -30,24 +43,12 @@ class NativeOp:
     def _released(self, handle: int) -> None:
         self._function("release")(handle)
 
-    @cached_property
-    def _op(self) -> Callable:
-        """The C++ op, registered by loading the module, given its shape function for
-        tracing; once a process."""
-        native_module()
-
-        @torch.library.register_fake(f"tandem::{self.kernel}_linear")
-        def _shape(x: torch.Tensor, handle: int, out_features: int) -> torch.Tensor:
-            return x.new_empty(x.shape[0], out_features)
-
-        return getattr(torch.ops.tandem, f"{self.kernel}_linear")
-
     def hold(self, owner: object, tensors: list[torch.Tensor]) -> tuple[int, tuple]:
         """The handle of `tensors` (contiguous, registered in C++ once per content), released
         with `owner`, and the tensors as the registry keeps them."""
 
         def registered(handle: int) -> tuple[torch.Tensor, ...]:
-            self._op  # noqa: B018 - the op exists before a graph can name it
+            linear_op(self.kernel)  # registered before a graph can name it
             kept = tuple(tensor.contiguous() for tensor in tensors)
             self._function("register")(handle, *kept)
             return kept
@@ -60,5 +61,5 @@ class NativeOp:
         """x [rows, in] -> [rows, out] in x's dtype (float32 or bfloat16): the opaque op when a
         graph is traced, the module's function (no dispatcher) when called eagerly."""
         if torch.compiler.is_compiling():
-            return self._op(x, handle, out_features)
+            return linear_op(self.kernel)(x, handle, out_features)
         return self._function("linear")(x.contiguous(), *tensors)
