@@ -195,7 +195,6 @@ class DecodeModel(nn.Module):
         self.num_heads = runner.num_heads
         self.num_kv_heads = runner.num_kv_heads
         self.head_dim = runner.head_dim
-        self.attention_op = step_op() or torch.ops.tandem.decode_attention
 
     def forward(
         self, ids: torch.Tensor, positions: torch.Tensor, pick: torch.Tensor
@@ -205,6 +204,8 @@ class DecodeModel(nn.Module):
         cos, sin = inner.rotary_emb(hidden, positions[None])
         cos, sin = cos[0], sin[0]
         rows = ids.shape[0]
+        # The C++ op once the module is loaded (a graph is traced after the runner loads it).
+        attention = step_op() or torch.ops.tandem.decode_attention
         for index, (layer, lin) in enumerate(zip(inner.layers, self.linears, strict=True)):
             x = layer.input_layernorm(hidden)
             q, k, v = lin["qkv"](x).split(self.qkv_sizes, dim=-1)
@@ -212,7 +213,7 @@ class DecodeModel(nn.Module):
             k = k.view(rows, self.num_kv_heads, self.head_dim)
             q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)
             kv = torch.cat([k.reshape(rows, -1), v], dim=-1)
-            attended = self.attention_op(q.reshape(rows, -1), kv, index)
+            attended = attention(q.reshape(rows, -1), kv, index)
             hidden = hidden + lin["o"](attended)
             gate, up = lin["gate_up"](layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
             hidden = hidden + lin["down"](layer.mlp.act_fn(gate) * up)

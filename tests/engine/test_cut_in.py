@@ -23,7 +23,11 @@ PARAMS = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
 
 class ArrivalDuringStep:
     """Wraps a runner: in one chosen forward call, requests arrive as that step reaches
-    `layer` (as if submitted from another thread while the step was in flight)."""
+    `layer` (as if submitted from another thread while the step was in flight).
+
+    At layer 0 they arrive as the step starts: the engine's arrival flag is set before the
+    first layer's attention, where the C++ op reads it. A later layer is reached through
+    `interrupt`, which only a step on the Python attention path asks at every layer."""
 
     def __init__(self, inner: LlamaRunner, arrive, layer: int) -> None:
         self.inner = inner
@@ -37,7 +41,9 @@ class ArrivalDuringStep:
 
     def forward(self, batch, cache):
         self.calls += 1
-        if self.calls == self.at_call and batch.interrupt is not None:
+        if self.calls == self.at_call and batch.interrupt is not None and self.layer == 0:
+            self.arrive()
+        elif self.calls == self.at_call and batch.interrupt is not None:
             ask = batch.interrupt
 
             def arriving(layer: int) -> bool:
