@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from inference.engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from inference.engine.step_attention import ArrivalFlag
 
 
 @dataclass(slots=True)
@@ -43,7 +47,7 @@ class StepBatch:
     interrupt: Callable[[int], bool] | None = None
     # The engine's flag, set when a request arrives: `interrupt` need only be asked while it
     # is set (the compiled step's C++ attention op reads it between layers).
-    arrivals: object | None = None
+    arrivals: ArrivalFlag | None = None
 
     @property
     def num_tokens(self) -> int:

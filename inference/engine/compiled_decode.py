@@ -38,7 +38,7 @@ from inference.engine.batch import PrefillChunk, StepBatch
 from inference.engine.compile_cache import RUNNERS, CompileCache, platform_key, tensors_digest
 from inference.engine.errors import StepInterrupted
 from inference.engine.kv_cache import KVCache
-from inference.engine.step_attention import ViewStep, step_context, step_op
+from inference.engine.step_attention import ArrivalFlag, ViewStep, step_context, step_op
 from inference.engine.timing import fastest_seconds
 from inference.engine.weights.projection import Projection, small_kernel
 
@@ -75,7 +75,7 @@ class StepPlan:
     interrupt: Callable[[int], bool] | None = None
     # The engine's arrival flag (set: a newcomer may cut in before a layer), and for a view
     # step what the C++ op needs to attend without calling `attend` (step_attention.py).
-    arrivals: object | None = None
+    arrivals: ArrivalFlag | None = None
     view: ViewStep | None = None
 
 
