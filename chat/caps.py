@@ -12,10 +12,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from chat import heartbeat
-from chat.models import Message, Part
+from chat.models import UNFINISHED_STATES, Conversation, Message, Part
 from inference.api.keys import ApiKey, ApiRequest
-
-UNFINISHED = [Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING]  # `part_unfinished`
 
 
 class OverCap(Exception):
@@ -53,23 +51,28 @@ def api_requests_in_flight(user_id: int) -> int:
 def replies_in_flight(user_id: int) -> int:
     """Chat replies with a part not yet final, plus API requests made with the user's keys.
 
-    Two statements whose cost does not grow with the history: the messages of the parts in
+    Statements whose cost does not grow with the history: the messages of the parts in
     flight, every user's (a few rows, read from their partial index `part_unfinished`), then
-    the user's replies among those messages, by primary key. One statement joining the user's
-    conversations, messages and parts left the order to the planner, and on tables never
-    analyzed (a server with autovacuum off) it guessed: past ~10,000 turns it compared every
-    assistant message with every conversation of the user, 0.2-0.7 s per call, twice per
-    turn inside the admission lock (docs/reliability.md, "The late slowdown").
+    those messages' conversations, each read by primary key. A join left the order to the
+    planner, and on tables never analyzed (a server with autovacuum off) it guessed: past
+    ~10,000 turns it compared every assistant message with every conversation of the user,
+    0.2-0.7 s per call, twice per turn inside the admission lock (docs/reliability.md, "The
+    late slowdown"). The owner is compared here, not in SQL: asked for it, the planner may read
+    the user's conversations through their owner index instead.
     """
-    in_flight = Part.objects.filter(state__in=UNFINISHED).order_by().values_list("message_id")
-    message_ids = {message_id for (message_id,) in in_flight}
+    in_flight = (
+        Part.objects.filter(state__in=UNFINISHED_STATES).order_by().values_list("message_id")
+    )
+    message_ids = sorted({message_id for (message_id,) in in_flight})
     chat_replies = 0
     if message_ids:
-        chat_replies = Message.objects.filter(
-            pk__in=sorted(message_ids),
-            conversation__owner_id=user_id,
-            role=Message.Role.ASSISTANT,
-        ).count()
+        replies = Message.objects.filter(pk__in=message_ids, role=Message.Role.ASSISTANT)
+        conversation_of = dict(replies.order_by().values_list("pk", "conversation_id"))
+        owners = Conversation.objects.filter(pk__in=sorted(set(conversation_of.values())))
+        owned = {
+            pk for pk, owner in owners.order_by().values_list("pk", "owner_id") if owner == user_id
+        }
+        chat_replies = sum(conversation in owned for conversation in conversation_of.values())
     return chat_replies + api_requests_in_flight(user_id)
 
 

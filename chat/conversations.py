@@ -19,13 +19,13 @@ from chat.models import (
     MAX_NEW_TOKENS_CAP,
     SETTING_DEFAULTS,
     SYSTEM_PROMPT_CHARS,
+    UNFINISHED_STATES,
     Conversation,
     Message,
     Part,
 )
 
 log = logging.getLogger(__name__)
-UNFINISHED = [Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING]
 
 
 class ConversationInvalid(Exception):
@@ -132,11 +132,11 @@ def conversation_delete(conversation: Conversation) -> int:
     engine finishes the request and the writer's saves find no row.
     """
     replies = Message.objects.filter(
-        conversation=conversation, role=Message.Role.ASSISTANT, parts__state__in=UNFINISHED
+        conversation=conversation, role=Message.Role.ASSISTANT, parts__state__in=UNFINISHED_STATES
     ).distinct()
     stopped = 0
     for reply in replies:
-        stopped += reply.parts.filter(state__in=UNFINISHED).count()
+        stopped += reply.parts.filter(state__in=UNFINISHED_STATES).count()
         services.message_stop(reply)
     conversation_id = conversation.pk
     # After commit: inside a caller's transaction (the admin's delete view) the stops above

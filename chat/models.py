@@ -145,7 +145,8 @@ class Message(models.Model):
         return max((part.version for part in self.parts.all()), default=1)
 
 
-# A part's states before a final one (chat/states.py has the final ones).
+# A part's states before a final one (chat/states.py has the final ones): the partial index
+# `part_unfinished`, the per-user cap and Stop all read this list.
 UNFINISHED_STATES = ["queued", "streaming", "running"]
 
 

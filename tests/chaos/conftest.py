@@ -25,7 +25,7 @@ from django.db import connections
 from django.db.utils import load_backend
 from django.test import Client
 
-from chat.models import Conversation, Part
+from chat.models import UNFINISHED_STATES, Conversation, Part
 from chat.states import TERMINAL
 from tests.support.http import post_json
 from tests.support.media import RedisServer, new_redis_server
@@ -37,7 +37,6 @@ SUMMARIES: list[str] = []
 # second OpenMP thread that loses its core stalls every op at a barrier (steps of 30 s were
 # seen on a busy 2-core machine); these scenarios measure fault handling, not speed.
 SERVER_ENV = {"OMP_NUM_THREADS": "1"}
-UNFINISHED = [Part.State.QUEUED, Part.State.STREAMING, Part.State.RUNNING]
 # The marks of a scenario that runs the model and watches a page in Chromium.
 BROWSER_SCENARIO = [
     pytest.mark.chaos,
@@ -144,7 +143,9 @@ def outage_env(redis: RedisServer, tmp_path: Path) -> dict[str, str]:
 
 def unfinished(part_ids: list[int]) -> list[int]:
     return list(
-        Part.objects.filter(pk__in=part_ids, state__in=UNFINISHED).values_list("pk", flat=True)
+        Part.objects.filter(pk__in=part_ids, state__in=UNFINISHED_STATES).values_list(
+            "pk", flat=True
+        )
     )
 
 
