@@ -25,6 +25,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("q4_1_register", &tandem::q4_1_register);
   m.def("q4_1_release", &tandem::q4_1_release);
   m.attr("q8_instructions") = tandem::q8_instructions();
+  m.attr("q8_tile") = tandem::q8_tile();
   m.attr("vector_width") = tandem::fVec::size();
   m.attr("max_groups") = tandem::kMaxGroups;
   m.attr("max_vectors") = tandem::kMaxVecs;

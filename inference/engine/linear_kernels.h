@@ -7,7 +7,8 @@
 namespace tandem {
 
 // x [rows, in] float32 or bfloat16, contiguous, in a multiple of 32; weight int8 [out, in]
-// contiguous; scales float32 [out]. Returns [rows, out] in x's dtype (q8_linear.cpp).
+// contiguous, in tiles of q8_tile() rows (q8_linear.cpp says how); scales float32 [out].
+// Returns [rows, out] in x's dtype.
 torch::Tensor q8_linear(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& scales);
 
@@ -23,6 +24,9 @@ torch::Tensor q4_1_linear(const torch::Tensor& x, const torch::Tensor& weight);
 // The matrices `tandem::q4_1_linear(x, handle, out_features)` multiplies by.
 void q4_1_register(int64_t handle, const torch::Tensor& weight);
 void q4_1_release(int64_t handle);
+
+// The output rows of a tile of q8_linear's weight layout.
+int64_t q8_tile();
 
 // The instructions q8_linear and q4_1_linear were built for: avx512_vnni, avx512bw, avx2 or scalar.
 const char* q8_instructions();

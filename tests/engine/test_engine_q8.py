@@ -104,6 +104,26 @@ def test_q8_kernel_against_a_reference_matmul(dtype) -> None:
         assert ((y.float() - exact).norm() / exact.norm()) < 0.03
 
 
+def test_q8_weights_are_read_in_tiles_of_interleaved_blocks() -> None:
+    """A full tile's rows take turns block by block (the kernel reads each tile as one
+    stream); the rows after the last full tile stay as they were; untiling gives q back."""
+    tile = q8.native_module().q8_tile
+    q = torch.randint(-127, 128, (2 * tile + 3, 3 * q8.BLOCK), dtype=torch.int8)
+    tiled = q8.tile_rows(q)
+    assert tiled.shape == q.shape and tiled.is_contiguous()
+    flat = tiled.view(-1)
+    width = q.shape[1]
+    for row in range(2 * tile):
+        start, r = (row // tile) * tile * width, row % tile
+        for block in range(3):
+            at = start + (block * tile + r) * q8.BLOCK
+            assert torch.equal(
+                flat[at : at + q8.BLOCK], q[row, block * q8.BLOCK : (block + 1) * q8.BLOCK]
+            )
+    assert torch.equal(tiled[2 * tile :], q[2 * tile :])
+    assert torch.equal(q8.untile_rows(tiled), q)
+
+
 def test_q8_rows_do_not_depend_on_their_companions() -> None:
     """Batch invariance in the kernel: a row alone gives the same bits as in 33 rows."""
     torch.manual_seed(1)
