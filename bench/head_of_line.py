@@ -193,6 +193,10 @@ def main() -> None:
     pacer = peer.engine.pacer
     fitted = "none" if pacer.key_seconds is None else f"{1e9 * pacer.key_seconds:.1f}"
     print(f"prompt key cost, ns: fitted {fitted}, measured floor {1e9 * pacer.key_floor:.1f}")
+    if args.steps:
+        for name, table in (("with decoders", pacer.seconds), ("prefill alone", pacer.alone)):
+            times = ", ".join(f"{rows}: {1000 * s:.1f}" for rows, s in sorted(table.items()))
+            print(f"step ms by row bucket, {name}: {times}")
     for key, value in asdict(hol).items():
         print(f"{key:<22} {value:10.1f}")
     print(f"stall (during p99 / before p50) {hol.itl_during_p99_ms / hol.itl_before_p50_ms:.2f}")

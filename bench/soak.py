@@ -189,9 +189,9 @@ def succeeded_replies(since: datetime) -> list[tuple]:
 
 def comparison_window(measured: float, interval: float) -> float:
     """Seconds of samples whose median stands for the start (and for the end) of the
-    measured span: a tenth of it, a minute at least, so that a series that swings (the
-    connections in use, Redis's keys of live streams) is judged by its level, not by where
-    one minute of it happened to sit."""
+    measured span: a tenth of it, a minute at least, so that a series that swings (Redis's
+    keys of live streams, the open files) is judged by its level, not by where one minute of
+    it happened to sit."""
     return max(60.0, 3 * interval, measured / 10)
 
 

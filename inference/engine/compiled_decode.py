@@ -285,6 +285,10 @@ def run_stack(
     return logits[: len(step.logit_rows)]
 
 
+# A larger bucket takes a smaller one's steps when its timed step is this much cheaper.
+ROUTE_MARGIN = 0.95
+
+
 @dataclass(slots=True)
 class BucketState:
     """Where one bucket stands (`/health`): pending, warming, loaded (from the cache) or built
@@ -332,8 +336,24 @@ class CompiledDecode:
         return self.buckets[-1]
 
     def bucket(self, rows: int) -> int | None:
-        """The smallest ready bucket holding `rows` (None: none is ready yet)."""
-        return next((b for b in self.buckets if b >= rows and b in self.graphs), None)
+        """The ready bucket a step of `rows` runs in (None: none is ready yet): the smallest
+        holding it, or once every bucket is timed, the one whose step took least of those
+        holding it by a margin (`ROUTE_MARGIN`: the warm-up's timings are a few runs each).
+
+        A bucket on the weight-only kernel can cost more than the next one up on the dense
+        GEMM: the crossover is timed against ATen's kernel, where the graphs run inductor's
+        AMX template. On a Xeon with AMX the 8-row bucket (q8) read 19.5-20.3 ms against
+        15.7-17.4 for the 16-row one (dense bfloat16), and 8 streams ran at 322 tok/s
+        against 380 when the crossover was 4 rows."""
+        holding = [b for b in self.buckets if b >= rows and b in self.graphs]
+        if not holding:
+            return None
+        chosen = holding[0]
+        if self.ready:
+            for size in holding[1:]:
+                if self.step_seconds[size] < ROUTE_MARGIN * self.step_seconds[chosen]:
+                    chosen = size
+        return chosen
 
     def fits(self, rows: int, logit_rows: int) -> bool:
         """Whether a step of `rows` rows, `logit_rows` of them sampled, has a graph."""

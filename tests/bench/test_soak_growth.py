@@ -140,3 +140,27 @@ def test_replies_are_grouped_by_the_minutes_they_started_in():
         {"from_minute": 0, "replies": 3, "median_first_token_s": 0.2, "median_reply_s": 2.0},
         {"from_minute": 20, "replies": 1, "median_first_token_s": 0.5, "median_reply_s": 1.5},
     ]
+
+
+def test_connections_are_judged_by_their_high_water_mark():
+    """Requests and kept threads hold connections while they run: 7 and 9 in turn all run, more
+    often 9 late (window medians 7 then 9); a leak sets new highs."""
+    warmup, window = 600.0, 720.0
+
+    def toggling(t: int) -> int:
+        return 9 if (t // 10) % (3 if t < 3600 else 2) == 0 else 7
+
+    grown = growth(
+        [{"t": float(t), "db_connections": toggling(t)} for t in range(0, 7201, 10)], warmup, window
+    )
+    held = grown["db_connections"]
+    assert held["judged_by"] == "high-water"
+    assert (held["after_warmup"], held["at_end"]) == (9, 9)
+    assert not over_bar("db_connections", held)
+
+    leaking = [
+        {"t": float(t), "db_connections": toggling(t) + t // 1200} for t in range(0, 7201, 10)
+    ]
+    grown = growth(leaking, warmup, window)["db_connections"]
+    assert grown["at_end"] > grown["after_warmup"]
+    assert over_bar("db_connections", grown)

@@ -72,6 +72,34 @@ def hf_greedy_no_eos(model, prompt: list[int], new_tokens: int) -> list[int]:
     return output[0, len(prompt) :].tolist()
 
 
+def test_a_step_runs_in_the_cheapest_timed_bucket_holding_it(
+    compiled_runner, tokenizer, make_engine, monkeypatch
+):
+    """Once every bucket is timed, a larger bucket that stepped faster takes the smaller
+    one's steps (on AMX the 8-row q8 graph cost more than the 16-row dense one), and the
+    tokens stay HF's; one within the margin does not."""
+    compiled = compiled_runner.compiled
+    assert compiled.ready
+    monkeypatch.setattr(compiled, "step_seconds", {1: 0.010, 2: 0.020, 4: 0.012})
+    assert [compiled.bucket(rows) for rows in (1, 2, 3, 4)] == [1, 4, 4, 4]
+    used = []
+    run_stack = compiled_decode.run_stack
+    monkeypatch.setattr(
+        compiled_decode,
+        "run_stack",
+        lambda stack, step, rows, picks: used.append(rows) or run_stack(stack, step, rows, picks),
+    )
+    engine = make_engine(compiled_runner.model, tokenizer, runner=compiled_runner, max_running=2)
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    prompts = [[5, 600, 7000], [42] * 7]
+    results = engine.generate_batch([(None, p, params) for p in prompts], WAIT)
+    for prompt, result in zip(prompts, results, strict=True):
+        assert result.token_ids == hf_greedy_no_eos(compiled_runner.model, prompt, 6)
+    assert 4 in used and 2 not in used
+    compiled.step_seconds[2] = 0.0125  # within the margin: the smaller bucket keeps its steps
+    assert compiled.bucket(2) == 2
+
+
 def test_compiled_batch_invariance(compiled_runner, tokenizer, make_engine):
     """A request's greedy tokens do not depend on its companions in the compiled buckets."""
     engine = make_engine(compiled_runner.model, tokenizer, runner=compiled_runner, max_running=4)
