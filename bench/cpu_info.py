@@ -57,7 +57,7 @@ def describe(runner: LlamaRunner) -> dict:
         "weights": runner.weights,
         "dtype": str(next(runner.model.parameters()).dtype).replace("torch.", ""),
         "attention": runner.attention_kind,
-        "chunk_attention": "native" if runner.chunk_kernel is not None else "sdpa",
+        "chunk_attention": runner.chunk_kind,
     }
 
 

@@ -20,4 +20,11 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k,
 torch::Tensor chunk_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, int64_t start, double scale);
 
+// The same on AMX tiles (chunk_tiles.cpp): bfloat16, head_dim 32 or 64, where tiles_ready().
+torch::Tensor chunk_attention_tiles(const torch::Tensor& q, const torch::Tensor& k,
+                                    const torch::Tensor& v, int64_t start, double scale);
+
+// Whether this CPU has AMX's bfloat16 tiles and this process may use them (asked once).
+bool tiles_ready();
+
 }  // namespace tandem

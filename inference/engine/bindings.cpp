@@ -1,6 +1,6 @@
 // The C++ kernels as one Python module (native_build.py builds and loads it): attention
-// (decode rows, prompt chunks), the compiled step's attention op and the int8 weight
-// kernels (q8, q4_1).
+// (decode rows, prompt chunks in vectors or on AMX tiles), the compiled step's attention op
+// and the int8 weight kernels (q8, q4_1).
 
 #include "attention_kernels.h"
 #include "linear_kernels.h"
@@ -10,6 +10,9 @@
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &tandem::decode_attention, py::call_guard<py::gil_scoped_release>());
   m.def("chunk_attention", &tandem::chunk_attention, py::call_guard<py::gil_scoped_release>());
+  m.def("chunk_attention_tiles", &tandem::chunk_attention_tiles,
+        py::call_guard<py::gil_scoped_release>());
+  m.def("tiles_ready", &tandem::tiles_ready);
   py::class_<tandem::ArrivalFlag>(m, "ArrivalFlag")
       .def(py::init<>())
       .def("set", &tandem::ArrivalFlag::set)

@@ -40,7 +40,12 @@ from inference.engine.decode_attention import (
 )
 from inference.engine.errors import StepInterrupted, UnsupportedModel
 from inference.engine.kv_cache import KVCache, KVSpec
-from inference.engine.native_attention import ChunkKernel, native_chunk_kernel, native_kernel
+from inference.engine.native_attention import (
+    ChunkKernel,
+    native_chunk_kernel,
+    native_kernel,
+    tiles_unfit,
+)
 from inference.engine.openmp import release_thread_pool
 from inference.engine.scheduler import MIN_CHUNK
 from inference.engine.step_attention import ViewStep, is_native_kernel
@@ -341,6 +346,14 @@ class LlamaRunner:
         if isinstance(self.attention, CompiledAttention):
             return "compiled"
         return "fused" if self.attention is fused_attention else "native"
+
+    @property
+    def chunk_kind(self) -> str:
+        """Which prompt-chunk attention the steps use (`/health`, the bench): tiles (AMX),
+        vector or sdpa (torch's fused kernel, where the C++ module is not built)."""
+        if self.chunk_kernel is None:
+            return "sdpa"
+        return "vector" if tiles_unfit(self.kv_spec) else "tiles"
 
     def _native_attention(self) -> Kernel | None:
         """The C++ decode attention kernel (native_attention.py), in use from now on, eager

@@ -14,7 +14,10 @@ heads: 6.6 / 26.5 / 46.0 / 79.6 ms, and at one row 1.24 against 2.09 ms for torc
 kernel (320 keys). It sums in one order whatever the rows, so a request's output is the same
 alone and beside others, one row included. The chunk kernel puts a chunk's queries in a
 vector's lanes instead: late in a long prompt (8 rows over 2,000 keys) it took half the fused
-kernel's time, and a prompt comes out the same bits however it is cut.
+kernel's time, and a prompt comes out the same bits however it is cut. On a CPU with AMX a
+bfloat16 cache of head_dim 32 or 64 takes the tile kernel (`chunk_tiles.cpp`): the
+multiply-adds of scores and weighted sums in the matrix unit, 2.7x the vector kernel's speed
+at 8 to 512 rows over 2,000 keys; same-bits property kept.
 
 The module is built at start (`native_build.py`); where the build fails, or the cache's dtype
 or head size does not fit, the runner keeps the compiled kernel
@@ -34,6 +37,7 @@ from inference.engine.kv_cache import KVSpec
 from inference.engine.native_build import native_module
 
 DTYPES = (torch.float32, torch.bfloat16)
+TILE_HEAD_DIMS = (32, 64)  # a score tile's two or one steps over head_dim (chunk_tiles.cpp)
 # (q [n, kv_heads, groups, head_dim], keys, values [kv_heads, keys, head_dim], start, scale):
 # row r of a chunk at `start` attends keys 0 .. start + r (chunk_attention.cpp).
 ChunkKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, float], torch.Tensor]
@@ -47,9 +51,22 @@ def native_kernel(spec: KVSpec, groups: int) -> Kernel:
     return module.decode_attention
 
 
-def native_chunk_kernel(spec: KVSpec) -> ChunkKernel:
-    """The built prompt-chunk kernel for this cache, or an exception saying why there is none."""
-    return _checked(spec).chunk_attention
+def native_chunk_kernel(spec: KVSpec, tiles: bool = True) -> ChunkKernel:
+    """The built prompt-chunk kernel for this cache: on AMX tiles where they take it and
+    `tiles` allows, else in vectors; or an exception saying why there is none."""
+    module = _checked(spec)
+    if tiles and tiles_unfit(spec) is None:
+        return module.chunk_attention_tiles
+    return module.chunk_attention
+
+
+def tiles_unfit(spec: KVSpec) -> str | None:
+    """Why the AMX tile kernel does not take this cache here; None where it does."""
+    if spec.dtype != torch.bfloat16 or spec.head_dim not in TILE_HEAD_DIMS:
+        return f"the tiles take bfloat16, head_dim 32 or 64: {spec.dtype}, {spec.head_dim} here"
+    if not native_module().tiles_ready():
+        return "no AMX tiles on this CPU"
+    return None
 
 
 def _checked(spec: KVSpec) -> ModuleType:

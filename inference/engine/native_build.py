@@ -29,6 +29,7 @@ HERE = Path(__file__).parent
 SOURCES = [
     HERE / "decode_attention.cpp",
     HERE / "chunk_attention.cpp",
+    HERE / "chunk_tiles.cpp",
     HERE / "q8_linear.cpp",
     HERE / "q4_1_linear.cpp",
     HERE / "step_attention.cpp",

@@ -109,6 +109,7 @@ class ModelRuntime:
                 runner = self.engine.runner
                 info["compile"] = getattr(runner, "compile_state", "off")
                 info["attention"] = getattr(runner, "attention_kind", "fused")
+                info["chunk_attention"] = getattr(runner, "chunk_kind", "sdpa")
                 buckets = getattr(runner, "compile_buckets", {})
                 if buckets:
                     info["compile_buckets"] = buckets

@@ -1,11 +1,12 @@
 """The C++ attention kernels: decode rows as grouped attention, the same bits for a row
-whatever its companions or the view's length; prompt chunks as causal attention, the same
-bits however a prompt is cut; their limits said, and the runner's fallback to the compiled
-kernel where they cannot be built."""
+whatever its companions or the view's length; prompt chunks as causal attention, in vectors
+and on AMX tiles (where this CPU has them), the same bits however a prompt is cut; their
+limits said, and the runner's fallback to the compiled kernel where they cannot be built."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +17,8 @@ from inference.engine import SamplingParams
 from inference.engine.decode_attention import grouped_attention
 from inference.engine.kv_cache import KVSpec
 from inference.engine.model_runner import LlamaRunner
-from inference.engine.native_attention import native_chunk_kernel, native_kernel
+from inference.engine.native_attention import native_chunk_kernel, native_kernel, tiles_unfit
+from inference.engine.native_build import native_module
 from tests.engine.helpers import WAIT, sharpen, tiny_config
 
 CPU = torch.device("cpu")
@@ -101,13 +103,25 @@ def causal_attention(q, keys, values, start: int, scale: float) -> torch.Tensor:
     return torch.einsum("rhgl,hld->rhgd", scores.softmax(-1), v)
 
 
+def chunk_kernel(kind: str, dtype: torch.dtype, head_dim: int = 64):
+    """The vector kernel, or the tile kernel (skipped where it does not take the cache)."""
+    cache = spec(dtype, head_dim)
+    if kind == "tiles":
+        reason = tiles_unfit(cache)
+        if reason:
+            pytest.skip(reason)
+    return native_chunk_kernel(cache, tiles=kind == "tiles")
+
+
+@pytest.mark.parametrize("kind", ["vector", "tiles"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("head_dim", [16, 64])
-@pytest.mark.parametrize(("rows", "start"), [(1, 0), (7, 0), (8, 53), (40, 100)])
-def test_a_chunk_matches_causal_attention(dtype, head_dim, rows, start) -> None:
-    """40 rows x 3 query heads: several tiles of queries, the last one partly empty."""
-    kernel = native_chunk_kernel(spec(dtype, head_dim))
-    q, keys, values = prompt_case(dtype, rows, head_dim)
+@pytest.mark.parametrize("head_dim", [16, 32, 64])
+@pytest.mark.parametrize(("rows", "start"), [(1, 0), (7, 0), (8, 53), (40, 100), (6, 150)])
+def test_a_chunk_matches_causal_attention(kind, dtype, head_dim, rows, start) -> None:
+    """40 rows x 3 query heads: several tiles of queries, the last one partly empty; 6 rows
+    at 150: the chunk's keys end at the cache's last row (156 of 156), mid-tile."""
+    kernel = chunk_kernel(kind, dtype, head_dim)
+    q, keys, values = prompt_case(dtype, rows, head_dim, capacity=156 if start == 150 else 200)
     got = kernel(q, keys, values, start, head_dim**-0.5)
     want = causal_attention(q, keys, values, start, head_dim**-0.5)
     assert got.dtype == dtype and got.shape == q.shape
@@ -115,9 +129,10 @@ def test_a_chunk_matches_causal_attention(dtype, head_dim, rows, start) -> None:
     torch.testing.assert_close(got.float(), want, atol=tolerance, rtol=tolerance)
 
 
+@pytest.mark.parametrize("kind", ["vector", "tiles"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_prompt_is_the_same_bits_however_it_is_cut(dtype: torch.dtype) -> None:
-    kernel = native_chunk_kernel(spec(dtype))
+def test_a_prompt_is_the_same_bits_however_it_is_cut(kind: str, dtype: torch.dtype) -> None:
+    kernel = chunk_kernel(kind, dtype)
     q, keys, values = prompt_case(dtype, 64)
     whole = kernel(q, keys, values, 30, 0.125)
     cuts = [(0, 13), (13, 40), (40, 41), (41, 64)]
@@ -136,6 +151,23 @@ def test_what_it_does_not_take_is_said() -> None:
         native_kernel(spec(torch.float32, head_dim=12), GROUPS)
     with pytest.raises(ValueError, match="query heads per KV head"):
         native_kernel(spec(torch.float32), 64)
+    assert "float32" in tiles_unfit(spec(torch.float32))
+    assert "16" in tiles_unfit(spec(torch.bfloat16, head_dim=16))
+    q, keys, values = prompt_case(torch.float32, 4)
+    with pytest.raises(RuntimeError, match="bfloat16|no AMX tiles"):
+        native_module().chunk_attention_tiles(q, keys, values, 0, 0.125)
+
+
+def test_a_bfloat16_cache_takes_the_tiles_where_the_cpu_has_them() -> None:
+    """Where AMX is (cpuinfo's amx_bf16), a bfloat16 cache at head_dim 64 gets the tile kernel;
+    elsewhere the vector kernel, and why."""
+    module, cache = native_module(), spec(torch.bfloat16)
+    has_tiles = "amx_bf16" in Path("/proc/cpuinfo").read_text()
+    assert module.tiles_ready() == has_tiles
+    want = module.chunk_attention_tiles if has_tiles else module.chunk_attention
+    assert native_chunk_kernel(cache) == want
+    assert native_chunk_kernel(cache, tiles=False) == module.chunk_attention
+    assert tiles_unfit(cache) == (None if has_tiles else "no AMX tiles on this CPU")
 
 
 def tiny_runner() -> LlamaRunner:

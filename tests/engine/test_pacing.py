@@ -138,7 +138,9 @@ def test_a_chunk_late_in_a_long_prompt_is_limited_by_the_keys_it_attends() -> No
     allowed = 1.6 * step_seconds(31)
     keys = pacer.keys(31, 33)
     assert abs(pacer.seconds[64] - step_seconds(64)) < 0.001  # the bucket, net of its keys
-    assert keys == int((allowed - pacer.seconds[64]) / pacer.key_seconds)
+    now = 1.6 * pacer.seconds[32]  # the decoders' step as the mixed steps say it costs now
+    assert abs(now - allowed) < 1e-4
+    assert keys == int((now - pacer.mixed_cost(64, 31)) / pacer.key_seconds)
     # At position 1,900 a chunk may take what fits: the step stays within the multiple.
     size = min(33, keys // 1_933)
     assert step_seconds(31 + size) + per_key * size * (1_900 + size) <= allowed
@@ -213,3 +215,24 @@ def test_prefill_only_timings_seed_the_alone_steps_apart() -> None:
     unseparated = PrefillPacer(max_tokens=512, multiple=1.4, reference_rows=32)
     unseparated.seed(mixed)
     assert unseparated.alone_tokens(31) == 32  # 48 rows at 0.070 > 0.056: mixed steps
+
+
+def test_the_decoders_growing_step_is_learned_from_mixed_steps() -> None:
+    """31 decoders' step grows with their histories while a long prompt prefills beside
+    them and no step is decode-only: each mixed step says what the decoders' own step costs
+    now (its time less the prefill-only delta), so every bucket's estimate follows, the
+    64-row one last used long ago included."""
+    mixed = {1: 0.009, 8: 0.019, 32: 0.028, 48: 0.036, 64: 0.033}
+    alone = {1: 0.009, 8: 0.019, 32: 0.017, 48: 0.020, 64: 0.023}
+    pacer = PrefillPacer(max_tokens=512, multiple=1.4, reference_rows=32)
+    pacer.seed(mixed, alone)
+    assert abs(pacer.mixed_cost(64, 31) - 0.034) < 1e-9  # 28 ms + (23 - 17) ms
+    for _ in range(40):  # 48-row steps at 44 ms: the decoders' own share is now 41 ms
+        pacer.observe(31, 17, 0.044)
+    assert abs(pacer.seconds[32] - 0.041) < 1e-4
+    assert abs(pacer.mixed_cost(64, 31) - 0.047) < 1e-4
+    assert pacer.budget(31) == 64 - 31  # 47 ms <= 1.4 x 41 ms
+    unseeded = PrefillPacer(max_tokens=512, multiple=1.4, reference_rows=32)
+    unseeded.observe(31, 0, 0.028)
+    unseeded.observe(31, 17, 0.044)
+    assert unseeded.seconds == {32: 0.028, 64: 0.044}  # no prefill-only times: nothing inferred
