@@ -20,6 +20,18 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k,
 torch::Tensor chunk_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, int64_t start, double scale);
 
+// What both prompt-chunk kernels take: the shapes and layout above, one dtype for all three.
+inline void check_chunk(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        int64_t start) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 3 && v.dim() == 3, "q 4-d, k and v 3-d");
+  TORCH_CHECK(q.is_contiguous() && k.stride(2) == 1 && v.stride(2) == 1, "layout");
+  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == q.size(1) && k.size(2) == q.size(3) &&
+                  start >= 0 && k.size(1) >= start + q.size(0),
+              "shapes");
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+              "one dtype");
+}
+
 // The same on AMX tiles (chunk_tiles.cpp): bfloat16, head_dim 32 or 64, where tiles_ready().
 torch::Tensor chunk_attention_tiles(const torch::Tensor& q, const torch::Tensor& k,
                                     const torch::Tensor& v, int64_t start, double scale);

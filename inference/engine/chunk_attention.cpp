@@ -143,13 +143,7 @@ void chunk_shaped(const torch::Tensor& q, const torch::Tensor& k, const torch::T
 
 torch::Tensor chunk_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, int64_t start, double scale) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 3 && v.dim() == 3, "q 4-d, k and v 3-d");
-  TORCH_CHECK(q.is_contiguous() && k.stride(2) == 1 && v.stride(2) == 1, "layout");
-  TORCH_CHECK(k.sizes() == v.sizes() && k.size(0) == q.size(1) && k.size(2) == q.size(3) &&
-                  start >= 0 && k.size(1) >= start + q.size(0),
-              "shapes");
-  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
-              "one dtype");
+  check_chunk(q, k, v, start);
   TORCH_CHECK(q.size(3) % fVec::size() == 0 && q.size(3) <= kMaxVecs * fVec::size(), "head_dim");
   auto out = torch::empty_like(q);
   if (q.scalar_type() == torch::kBFloat16) {
