@@ -34,7 +34,8 @@ from pathlib import Path
 import torch
 import transformers
 from filelock import FileLock
-from torch._inductor.package import load_package
+
+from inference.engine.package_loading import load_graph
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,6 @@ CPU_FLAGS = (
 # Entries (keys) kept beside the one in use: a changed setting or an upgrade leaves the old
 # ones behind, each the size of a few copies of the weights.
 KEEP_ENTRIES = 3
-# One nested call: a newcomer's step may run inside a step in flight (`interrupt`), and it
-# may use the same bucket.
-RUNNERS = 2
 
 
 @cache
@@ -153,7 +151,7 @@ class CompileCache:
             problem = self._problem(package, meta, key)
             if problem is None:
                 try:
-                    graph = load_package(str(package), num_runners=RUNNERS)
+                    graph = load_graph(package)
                 except Exception as exc:  # a package this torch cannot load is rebuilt
                     problem = f"it did not load ({type(exc).__name__}: {exc})".splitlines()[0]
                 else:
@@ -166,7 +164,7 @@ class CompileCache:
                     problem,
                 )
             self._build(package, meta, key, build)
-            graph = load_package(str(package), num_runners=RUNNERS)
+            graph = load_graph(package)
         self._prune()
         return Loaded(graph, "built", time.perf_counter() - started, problem)
 

@@ -31,13 +31,13 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch._inductor.package import load_package
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from inference.engine.batch import PrefillChunk, StepBatch
-from inference.engine.compile_cache import RUNNERS, CompileCache, platform_key, tensors_digest
+from inference.engine.compile_cache import CompileCache, platform_key, tensors_digest
 from inference.engine.errors import StepInterrupted
 from inference.engine.kv_cache import KVCache
+from inference.engine.package_loading import load_graph
 from inference.engine.step_attention import ArrivalFlag, ViewStep, step_context, step_op
 from inference.engine.timing import fastest_seconds
 from inference.engine.weights.projection import Projection, small_kernel
@@ -416,7 +416,7 @@ class CompiledDecode:
             path = scratch / f"bucket-{size}.pt2"
             self._build(size, path)
             self.states[size].state = "built"
-            return load_package(str(path), num_runners=RUNNERS)
+            return load_graph(path)
         loaded = self.cache.get(self.key(weights), size, partial(self._build, size))
         self.states[size].state = loaded.how
         if loaded.how == "built":

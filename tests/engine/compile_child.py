@@ -1,8 +1,9 @@
 """A process that builds or loads a tiny model's compiled buckets from a cache directory.
 
 `python -m tests.engine.compile_child CACHE_DIR WEIGHTS` prints one JSON line: each bucket's
-state, how many times this process compiled a package, and a greedy reply through the
-graphs. The cache tests run it as a fresh process, as a restart would be.
+state, how many times this process compiled a package, a greedy reply through the graphs,
+and the unpacked packages' directories it maps files from. The cache tests run it as a
+fresh process, as a restart would be.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from inference.engine.batch import PrefillChunk, StepBatch
 from inference.engine.compile_cache import CompileCache
 from inference.engine.kv_cache import KVCache
+from inference.engine.package_loading import unpacked_folders
 from inference.engine.weights.choice import build_runner
 from tests.engine.helpers import sharpen, tiny_config
 
@@ -61,6 +63,7 @@ def main(cache_dir: Path, weights: str) -> None:
         "buckets": {str(size): s["state"] for size, s in runner.compile_buckets.items()},
         "builds": builds,
         "tokens": tokens,
+        "unpacked": sorted(str(folder) for folder in unpacked_folders()),
     }
     print(json.dumps(report), flush=True)
 

@@ -63,6 +63,18 @@ def test_a_fresh_process_loads_the_buckets_instead_of_compiling(built):
     assert second["tokens"] == first["tokens"]
 
 
+def test_a_loaded_package_leaves_no_unpacked_copy_behind(built):
+    """torch unpacks each package under /tmp and removes the copy only when its loader is
+    destroyed, which a process exiting with its graphs alive never does: the copies this
+    process mapped its graphs from are gone while it still runs them, and after it ends."""
+    cache_dir, first = built
+    second, _ = run(cache_dir)
+    for report in (first, second):
+        assert len(report["unpacked"]) == len(BUCKETS)  # one mapped copy a bucket, found
+        assert not [folder for folder in report["unpacked"] if Path(folder).exists()]
+    assert second["tokens"] == first["tokens"]  # the graphs ran from the removed copies
+
+
 def test_a_damaged_package_is_rebuilt_and_the_log_says_why(built, tmp_path):
     cache_dir, first = built
     damaged = tmp_path / "damaged"
