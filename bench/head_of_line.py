@@ -163,6 +163,12 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="the eager step only")
     parser.add_argument("--long-prompt", type=int, default=2000)
     parser.add_argument("--steps", action="store_true", help="print every step of the run")
+    parser.add_argument(
+        "--prefill-multiple",
+        type=float,
+        default=EngineConfig.prefill_multiple,
+        help="the pacer's bound on a step with prefill, in reference decode steps",
+    )
     args = parser.parse_args()
     loaded = loading.load(None, "auto")
     cache_dir = model_source.default_cache_dir() / "compiled"  # the web process's default
@@ -171,7 +177,9 @@ def main() -> None:
         started = time.perf_counter()
         runner.compile_decode(cache_dir=cache_dir).join()
         print(f"compiled decode: {runner.compile_state} in {time.perf_counter() - started:.0f} s")
-    config = EngineConfig(max_running=32, max_step_tokens=512)
+    config = EngineConfig(
+        max_running=32, max_step_tokens=512, prefill_multiple=args.prefill_multiple
+    )
     peer = TandemPeer(loaded.model, loaded.tokenizer, config, runner)
     freeze_heap()  # as the web process does once its engine runs (startup.py)
     log = StepLog(peer.engine.cache)
