@@ -236,3 +236,18 @@ def test_the_decoders_growing_step_is_learned_from_mixed_steps() -> None:
     unseeded.observe(31, 0, 0.028)
     unseeded.observe(31, 17, 0.044)
     assert unseeded.seconds == {32: 0.028, 64: 0.044}  # no prefill-only times: nothing inferred
+
+
+def test_a_bigger_bucket_timed_cheaper_alone_does_not_inflate_the_decoders_step() -> None:
+    """Warm-up timings on a noisy 2-core AMD EPYC Zen 3 read the 40-row bucket alone at
+    76 ms and the 32-row one at 86. A 40-row mixed step then said the decoders' own step
+    cost 10 ms more than the whole step, and the reference (with it the steps allowed) grew
+    step after step; more rows are never taken to cost less."""
+    mixed = {32: 0.098, 40: 0.108, 48: 0.136, 64: 0.140}
+    alone = {32: 0.086, 40: 0.076, 48: 0.089, 64: 0.109}
+    pacer = PrefillPacer(max_tokens=512, multiple=1.4, reference_rows=32)
+    pacer.seed(mixed, alone)
+    for _ in range(40):
+        pacer.observe(31, 9, 0.110)
+    assert abs(pacer.seconds[32] - 0.110) < 1e-4
+    assert pacer.mixed_cost(40, 31) == pacer.seconds[32]
