@@ -190,13 +190,18 @@ def main() -> None:
     hol = run(peer, loaded.tokenizer, prompts, args.long_prompt)
     peer.shutdown()
     if args.steps:
-        print(f"{'t s':>7} {'tokens':>6} {'prefill':>7} {'longest':>7} {'ms':>7}")
+        # gap: from the previous step's end to this one's start (scheduling, page-ahead,
+        # the events' delivery): an inter-token latency is a step plus its gap.
+        print(f"{'t s':>7} {'tokens':>6} {'prefill':>7} {'longest':>7} {'ms':>7} {'gap ms':>7}")
+        previous = None
         for stamp, tokens, prefill, longest, seconds in log.steps:
-            if stamp >= started:
+            if stamp >= started and previous is not None:
+                gap = 1000 * (stamp - seconds - previous)
                 print(
-                    f"{stamp - started:7.2f} {tokens:6d} {prefill:7d} {longest:7d} "
-                    f"{1000 * seconds:7.1f}"
+                    f"{stamp - started:7.3f} {tokens:6d} {prefill:7d} {longest:7d} "
+                    f"{1000 * seconds:7.1f} {gap:7.1f}"
                 )
+            previous = stamp
     print(f"weights {runner.weights}  compile {runner.compile_state}")
     pacer = peer.engine.pacer
     fitted = "none" if pacer.key_seconds is None else f"{1e9 * pacer.key_seconds:.1f}"

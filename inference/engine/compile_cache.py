@@ -35,6 +35,7 @@ import torch
 import transformers
 from filelock import FileLock
 
+from inference.engine.others_cpu import OthersCpu
 from inference.engine.package_loading import load_graph
 
 log = logging.getLogger(__name__)
@@ -104,11 +105,6 @@ def platform_key() -> dict[str, object]:
         "threads": torch.get_num_threads(),
         "engine_source": engine_source_digest(),
     }
-
-
-def machine_quiet() -> bool:
-    """Whether the last minute's load average stayed below the CPUs this process may use."""
-    return os.getloadavg()[0] < len(os.sched_getaffinity(0))
 
 
 def key_digest(key: dict[str, object]) -> str:
@@ -223,9 +219,9 @@ class CompileCache:
 
         Measured anew at every start, a noisy reading could move the crossover, and with it
         the key of every bucket; kept, a restart builds on what its buckets were built on.
-        A reading taken on a busy machine is used once and not kept: one taken beside a test
-        suite (load 3.4 on 2 cores) read int8 23x slower than bf16 at one row, where it is
-        ~3x faster."""
+        A reading taken while other processes used the CPUs is used once and not kept: one
+        taken beside a test suite (load 3.4 on 2 cores) read int8 23x slower than bf16 at one
+        row, where it is ~3x faster."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / f"{name}-{key_digest(key)}.json"
         with FileLock(str(path.with_suffix(".lock"))):
@@ -235,9 +231,14 @@ class CompileCache:
                     return stored["value"], False
             except (OSError, ValueError, KeyError):
                 pass  # absent or unreadable: measured again and written whole
+            others = OthersCpu()
             value = measure()
-            if not machine_quiet():
-                log.info("%s measured on a busy machine: used now, not kept", name)
+            if not others.quiet():
+                log.info(
+                    "%s measured while other processes used %.2f CPUs: used now, not kept",
+                    name,
+                    others.cpus(),
+                )
                 return value, True
             temporary = path.with_suffix(".json.partial")
             temporary.write_text(json.dumps({"key": key, "value": value}, sort_keys=True))
