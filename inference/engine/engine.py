@@ -318,8 +318,8 @@ class Engine(CutIn, Closing):
                 after_alone = self.scheduler.after_alone
                 batch = self._plan_alone(decoders, starting)
                 if batch is None:
-                    tokens = self.pacer.budget(decoders, starting)
-                    keys = self.pacer.keys(decoders, tokens, starting)
+                    start = self.scheduler.next_start()
+                    tokens, keys = self.pacer.plan(decoders, start, starting)
                     batch = self.scheduler.schedule(tokens, keys)
                     if batch is not None and not after_alone:
                         batch.interrupt = partial(self._cut_in, batch)

@@ -34,6 +34,7 @@ from collections import deque
 from inference.engine.batch import PrefillChunk, StepBatch
 from inference.engine.errors import Overloaded
 from inference.engine.kv_cache import KVCache
+from inference.engine.pacing import chunk_fitting
 from inference.engine.sequence import Sequence, Status
 
 RETRY_AFTER_BOUNDS = (1.0, 60.0)
@@ -143,7 +144,7 @@ class Scheduler:
         for seq in sorted(prefilling + self._newcomers(), key=_remaining_prompt):
             if budget <= 0:
                 break
-            size = min(budget, _fitting(seq.num_computed, prefill_keys))
+            size = min(budget, chunk_fitting(seq.num_computed, prefill_keys))
             if not batch.chunks:
                 size = max(size, min(budget, MIN_CHUNK))
             if size <= 0:
@@ -179,6 +180,12 @@ class Scheduler:
             max_tokens -= self._plan_chunk(seq, max_tokens, batch)
         self._alone_last = bool(batch.sequences)
         return batch if batch.sequences else None
+
+    def next_start(self) -> int | None:
+        """Where the next step's first prompt chunk starts (the order `schedule` feeds them
+        in); None when no prompt is left to feed."""
+        prompts = [s for s in self.running if s.prefilling] + self._newcomers()
+        return min(prompts, key=_remaining_prompt).num_computed if prompts else None
 
     def _newcomers(self) -> list[Sequence]:
         """The waiting requests the free slots could take, in arrival order."""
@@ -249,15 +256,3 @@ class Scheduler:
 def _remaining_prompt(seq: Sequence) -> int:
     """Prompt tokens not yet fed: the prefill order's key (shortest first)."""
     return len(seq.prompt_ids) - seq.num_computed
-
-
-def _fitting(start: int, keys: int | None) -> int:
-    """The largest chunk n from `start` with n x (start + n) <= keys (no limit: None)."""
-    if keys is None:
-        return 1 << 30
-    if keys <= 0:
-        return 0
-    n = int((math.isqrt(start * start + 4 * keys) - start) // 2)
-    while n * (start + n) > keys:
-        n -= 1
-    return n

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inference.engine.pacing import PrefillPacer, _bucket
+from inference.engine.pacing import PrefillPacer, _bucket, chunk_fitting
 
 
 def step_seconds(rows: int) -> float:
@@ -251,3 +251,38 @@ def test_a_bigger_bucket_timed_cheaper_alone_does_not_inflate_the_decoders_step(
         pacer.observe(31, 9, 0.110)
     assert abs(pacer.seconds[32] - 0.110) < 1e-4
     assert pacer.mixed_cost(40, 31) == pacer.seconds[32]
+
+
+def test_late_in_a_long_prompt_a_smaller_bucket_that_leaves_room_for_keys_is_taken() -> None:
+    """The budget's bucket (the largest within the multiple) leaves keys for 14 tokens at
+    position 1,500; `plan` takes the 48-row bucket, whose chunk feeds 17 within both bounds,
+    and that step still costs no more than the multiple allows."""
+    per_key = 0.040 / 66_000
+    compiled = {1: 0.020, 2: 0.021, 4: 0.022, 8: 0.024, 16: 0.028, 32: 0.040, 40: 0.043}
+    compiled |= {48: 0.046, 64: 0.055}
+    pacer = PrefillPacer(max_tokens=512, multiple=1.7, reference_rows=32)
+    pacer.seed(compiled, None, per_key)
+    allowed = 1.7 * compiled[32]
+    start = 1_500
+
+    tokens = pacer.budget(31)
+    keys = pacer.keys(31, tokens)
+    planned_tokens, planned_keys = pacer.plan(31, start)
+    fed = min(planned_tokens, chunk_fitting(start, planned_keys))
+
+    assert (tokens, min(tokens, chunk_fitting(start, keys))) == (33, 14)
+    assert (planned_tokens, fed) == (17, 17)
+    assert compiled[48] + per_key * fed * (start + fed) <= allowed
+    # Early in the prompt keys cost little: the budget's bucket feeds the most, as before.
+    assert pacer.plan(31, 0) == (tokens, keys)
+    # Nothing to feed, or nobody decoding: budget and keys as they are.
+    assert pacer.plan(31, None) == (tokens, keys)
+    assert pacer.plan(0, start) == (512, None)
+
+
+def test_chunk_fitting_is_the_largest_chunk_within_the_keys() -> None:
+    assert chunk_fitting(1_500, None) == 1 << 30
+    assert chunk_fitting(1_500, 0) == 0
+    for start, keys in ((0, 64), (1_500, 30_000), (7, 1)):
+        n = chunk_fitting(start, keys)
+        assert n * (start + n) <= keys < (n + 1) * (start + n + 1)

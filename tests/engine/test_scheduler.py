@@ -127,3 +127,17 @@ def test_a_burst_is_pending_while_a_request_that_came_with_the_decoders_starts()
     companion.output_ids.append(5)
     assert not companion.prefilling and later.status is Status.WAITING
     assert not sched.burst_pending(), "the companion decodes; only the later one starts"
+
+
+def test_the_next_start_is_where_the_first_chunk_fed_next_begins() -> None:
+    """The pacer plans the step's keys for that chunk: the shortest prompt left, fed first."""
+    sched = scheduler()
+    assert sched.next_start() is None
+    long = sequence("long", 2000)
+    sched.add([long])
+    sched.schedule(33)
+    assert sched.next_start() == 33
+    sched.add([sequence("short", 37)])
+    assert sched.next_start() == 0  # a newcomer, fed before the long prompt's rest
+    sched.schedule(40)
+    assert sched.next_start() == 36  # the short one went whole, the long one took 3 more
