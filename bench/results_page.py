@@ -26,12 +26,14 @@ PAGE = ROOT / "docs" / "benchmarks.md"
 BEGIN = "<!-- results:begin: made by `make bench-docs` from bench/results/kept/, do not edit -->"
 END = "<!-- results:end -->"
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx")
-# (slug, title, vendor, avx512f, avx512_bf16, amx) in the page's order; the first match wins.
+# (slug, title, vendor, family, avx512f, avx512_bf16, amx) in the page's order; the first match
+# wins. Zen 5 (family 26) has Zen 4's flags but a full-width AVX-512 datapath: a kind of its own.
 KINDS = (
-    ("intel-amx", "Intel Xeon with AMX", "Intel", True, True, True),
-    ("amd-avx512-bf16", "AMD EPYC with AVX-512 BF16 (Zen 4)", "AMD", True, True, False),
-    ("intel-avx512", "Intel Xeon with AVX-512, no AMX", "Intel", True, None, False),
-    ("amd-avx2", "AMD EPYC with AVX2 only (Zen 2/3)", "AMD", False, False, False),
+    ("intel-amx", "Intel Xeon with AMX", "Intel", None, True, True, True),
+    ("amd-zen5", "AMD EPYC with AVX-512 BF16 (Zen 5)", "AMD", 26, True, True, False),
+    ("amd-avx512-bf16", "AMD EPYC with AVX-512 BF16 (Zen 4)", "AMD", 25, True, True, False),
+    ("intel-avx512", "Intel Xeon with AVX-512, no AMX", "Intel", None, True, None, False),
+    ("amd-avx2", "AMD EPYC with AVX2 only (Zen 2/3)", "AMD", None, False, False, False),
 )
 # (system, label) of the tokens/s rows, and (ratio key's head, label) of the ratio rows.
 SYSTEMS = (
@@ -55,10 +57,12 @@ class MalformedResult(ValueError):
 def kind(cpu: dict) -> tuple[str, str]:
     """The (slug, title) of a CPU's kind, from its vendor and ISA flags."""
     flags = cpu["flags"]
-    for slug, title, vendor, avx512f, bf16, amx in KINDS:
+    for slug, title, vendor, family, avx512f, bf16, amx in KINDS:
         wanted = {"avx512f": avx512f, "avx512_bf16": bf16, "amx": amx}
-        if vendor == cpu["vendor"] and all(
-            value is None or flags[flag] == value for flag, value in wanted.items()
+        if (
+            vendor == cpu["vendor"]
+            and family in (None, cpu["family"])
+            and all(value is None or flags[flag] == value for flag, value in wanted.items())
         ):
             return slug, title
     isa = " ".join(flag for flag in FLAGS if flags[flag]) or "no AVX2"

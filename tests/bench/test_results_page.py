@@ -63,6 +63,15 @@ def test_the_newest_run_of_a_kind_is_the_one_shown(tmp_path):
     assert newest["commit"] == "later"
 
 
+@pytest.mark.parametrize(
+    ("family", "slug"), [(25, "amd-avx512-bf16"), (26, "amd-zen5")], ids=["Zen 4", "Zen 5"]
+)
+def test_zen_5_is_a_kind_of_its_own(family, slug):
+    flags = {"avx2": True, "avx512f": True, "avx512_bf16": True, "amx": False}
+    cpu = {"vendor": "AMD", "family": family, "model": 2, "flags": flags, "name": "AMD EPYC"}
+    assert results_page.kind(cpu)[0] == slug
+
+
 def test_a_page_without_the_markers_is_refused():
     with pytest.raises(results_page.MalformedResult):
         results_page.rewrite("# Benchmarks\n", results_page.newest_by_kind())
