@@ -7,11 +7,13 @@ server), the web process loads no model: each text part streams from
 it exactly as it does a local one.
 
 One asyncio loop on a daemon thread runs every stream, each a task on it whose response is read
-by an asyncio protocol (`sse_stream.py`: h11 and the SSE lines in the socket's callback, no
-task woken per token); a kept `httpx2.AsyncClient` asks the replicas for their models. Stop
-cancels the task, which closes the upstream connection: the engine drops a request whose
-client went away. A Stop that reaches another web process (any process serves any
-page) is published on Redis; the process streaming the part hears it and cancels there.
+by an asyncio protocol (`sse_stream.py`: httptools and the SSE lines in the socket's callback,
+no task woken per token). These reads were the web process's largest cost a token; with
+httptools in place of h11 the web process used about a quarter less CPU a token (docs/deploy.md,
+"Live replies per web process"). A kept `httpx2.AsyncClient` asks the replicas for their
+models. Stop cancels the task, which closes the upstream connection: the engine drops a
+request whose client went away. A Stop that reaches another web process (any process serves
+any page) is published on Redis; the process streaming the part hears it and cancels there.
 
 Several URLs are replicas: a conversation always starts at the same one (its id picks it, so
 the engine can reuse the prompt's cached prefix), and goes on to the next when one refuses
