@@ -131,8 +131,8 @@ class SseProtocol(asyncio.Protocol):
                 continue
             try:
                 over = self.on_line(line[5:].strip())
-            except Exception as exc:  # a line the handler cannot take (not JSON, ...)
-                self._fail(ReadError(f"{type(exc).__name__}: {exc}"))
+            except Exception as exc:  # a line the handler cannot take: relay() raises it
+                self._fail(exc)
                 self.transport.close()
                 over = True
             if over:
@@ -141,7 +141,7 @@ class SseProtocol(asyncio.Protocol):
                 self.on_line = lambda _: True  # anything after the end is ignored
                 return
 
-    def _fail(self, exc: StreamError) -> None:
+    def _fail(self, exc: Exception) -> None:
         for future in (self._head, self._end):
             if not future.done():
                 future.set_exception(exc)
@@ -162,7 +162,8 @@ class SseProtocol(asyncio.Protocol):
 
     async def relay(self, on_line: OnLine) -> None:
         """Hand every `data:` line to `on_line` until it says the stream is over or the body
-        ends; StreamError when it stalled or dropped."""
+        ends; StreamError when it stalled or dropped, and the handler's own error when it
+        could not take a line (not a fault of the connection: the caller logs it)."""
         self.on_line = on_line
         kept, self._kept = self._kept, []
         for data in kept:
