@@ -55,7 +55,7 @@ class MalformedResult(ValueError):
 
 
 def kind(cpu: dict) -> tuple[str, str]:
-    """The (slug, title) of a CPU's kind, from its vendor and ISA flags."""
+    """The (slug, title) of a CPU's kind, from its vendor, family and ISA flags."""
     flags = cpu["flags"]
     for slug, title, vendor, family, avx512f, bf16, amx in KINDS:
         wanted = {"avx512f": avx512f, "avx512_bf16": bf16, "amx": amx}
